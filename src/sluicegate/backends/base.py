@@ -1,0 +1,101 @@
+"""The ModelRunner contract, designed for continuous batching.
+
+A runner owns a fixed number of *slots*. Each slot is one sequence's KV memory (a separate KV stream in
+llama.cpp, so that one sequence's numerics never depend on what else shares the step). The engine decides
+which request lives in which slot; the runner only computes.
+
+Invariants the engine relies on:
+- `execute` gets at most one item per slot; an item's positions continue exactly where that slot's KV ends.
+- The returned array has one row of logits per item with `want_logits=True`, in item order.
+- Token bytes are exact: detokenisation is done by the engine from `token_bytes`, never by the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Logits = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelIdentity:
+    """Who answered: reported on every response."""
+
+    name: str
+    version: str
+    digest: str  # "sha256:<hex>" of the weights file (or of the reference model's parameters)
+
+    @property
+    def ref(self) -> str:
+        """`name@version`, the address clients may use."""
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerLimits:
+    """What one runner can hold."""
+
+    n_ctx: int  # positions per slot: the context window a single request sees
+    n_slots: int  # sequences that can hold KV at once
+    n_vocab: int
+    n_batch: int  # most tokens one `execute` call may carry
+    eos_ids: frozenset[int] = field(default_factory=frozenset)
+    bos_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """New tokens for one slot, at positions `start_pos .. start_pos+len(token_ids)-1`."""
+
+    slot: int
+    token_ids: Sequence[int]
+    start_pos: int
+    want_logits: bool = True  # logits of the last token only
+
+
+class ModelRunner(Protocol):
+    """What the engine needs from a model. Implementations: `llama_cpp`, `reference`."""
+
+    @property
+    def identity(self) -> ModelIdentity: ...
+
+    @property
+    def limits(self) -> RunnerLimits: ...
+
+    @property
+    def chat_template(self) -> str | None:
+        """The model's own Jinja chat template, if it ships one."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]: ...
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The exact bytes this token contributes to the text (may be part of a UTF-8 character)."""
+        ...
+
+    def token_text(self, token_id: int) -> str:
+        """The token's piece as text, special tokens rendered (for chat templates and logprobs)."""
+        ...
+
+    def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        """Run one forward step over the batch; return a (n_wanted, n_vocab) float32 array."""
+        ...
+
+    def clear(self, slot: int) -> None:
+        """Forget everything in `slot`."""
+        ...
+
+    def truncate(self, slot: int, n_keep: int) -> None:
+        """Keep positions `0 .. n_keep-1` of `slot`, forget the rest."""
+        ...
+
+    def copy(self, src: int, dst: int) -> None:
+        """Make `dst` hold exactly what `src` holds (whole stream)."""
+        ...
+
+    def close(self) -> None: ...

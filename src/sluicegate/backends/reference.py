@@ -1,0 +1,127 @@
+"""A tiny deterministic numpy model with a byte-level vocabulary, for fast unit tests.
+
+Token ids 0..255 are bytes, 256 is BOS and 257 is EOS. The "KV" of a slot is the list of token ids it has
+seen; the logits of a position depend on the token, its position and a decaying summary of everything
+before it, so prefix reuse, slot copies and truncation have observable effects. An EOS bias that grows
+with the position makes greedy generations end by themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from sluicegate.backends.base import BatchItem, Logits, ModelIdentity, RunnerLimits
+
+BOS_ID = 256
+EOS_ID = 257
+N_VOCAB = 258
+_SPECIAL_TEXT = {BOS_ID: "<s>", EOS_ID: "</s>"}
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+class ReferenceRunner:
+    """Implements `ModelRunner` with numpy only."""
+
+    def __init__(
+        self, *, n_ctx: int = 512, n_slots: int = 8, n_batch: int = 512, seed: int = 0, dim: int = 32,
+        eos_slope: float = 0.02,
+    ) -> None:
+        rng = np.random.default_rng(seed)
+        self._emb = rng.standard_normal((N_VOCAB, dim)).astype(np.float32)
+        self._pos = rng.standard_normal((dim,)).astype(np.float32)
+        self._out = rng.standard_normal((dim, N_VOCAB)).astype(np.float32) / np.sqrt(dim)
+        self._eos_slope = eos_slope
+        self._slots: list[list[int]] = [[] for _ in range(n_slots)]
+        self._state: list[np.ndarray] = [np.zeros(dim, np.float32) for _ in range(n_slots)]
+        digest = hashlib.sha256(self._emb.tobytes() + self._out.tobytes()).hexdigest()
+        self._identity = ModelIdentity(name="reference", version=f"seed{seed}", digest=f"sha256:{digest}")
+        self._limits = RunnerLimits(
+            n_ctx=n_ctx, n_slots=n_slots, n_vocab=N_VOCAB, n_batch=n_batch,
+            eos_ids=frozenset({EOS_ID}), bos_id=BOS_ID,
+        )
+        self.executed_tokens = 0  # counters tests can read
+        self.execute_calls = 0
+
+    @property
+    def identity(self) -> ModelIdentity:
+        return self._identity
+
+    @property
+    def limits(self) -> RunnerLimits:
+        return self._limits
+
+    @property
+    def chat_template(self) -> str | None:
+        return CHAT_TEMPLATE
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        ids = list(text.encode("utf-8", errors="surrogatepass"))
+        return [BOS_ID, *ids] if add_special else ids
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return bytes([token_id]) if 0 <= token_id < 256 else b""
+
+    def token_text(self, token_id: int) -> str:
+        if token_id in _SPECIAL_TEXT:
+            return _SPECIAL_TEXT[token_id]
+        return bytes([token_id]).decode("latin-1")
+
+    def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        seen: set[int] = set()
+        rows: list[np.ndarray] = []
+        for item in batch:
+            if item.slot in seen:
+                raise ValueError(f"slot {item.slot} appears twice in one batch")
+            seen.add(item.slot)
+            held = self._slots[item.slot]
+            if item.start_pos != len(held):
+                raise ValueError(f"slot {item.slot} holds {len(held)} positions, batch starts at {item.start_pos}")
+            state = self._state[item.slot]
+            for tok in item.token_ids:
+                state = 0.7 * state + self._emb[tok]
+                held.append(int(tok))
+            self._state[item.slot] = state
+            self.executed_tokens += len(item.token_ids)
+            if item.want_logits:
+                rows.append(self._logits(state, len(held)))
+        self.execute_calls += 1
+        if not rows:
+            return np.zeros((0, N_VOCAB), np.float32)
+        return np.stack(rows).astype(np.float32)
+
+    def _logits(self, state: np.ndarray, n_pos: int) -> np.ndarray:
+        h = np.tanh(state + self._pos * (n_pos % 17) / 17.0)
+        logits = (h @ self._out) * 4.0
+        logits[BOS_ID] = -1e9
+        logits[EOS_ID] += self._eos_slope * n_pos - 3.0
+        return logits
+
+    def _recompute(self, slot: int) -> None:
+        state = np.zeros_like(self._state[slot])
+        for tok in self._slots[slot]:
+            state = 0.7 * state + self._emb[tok]
+        self._state[slot] = state
+
+    def clear(self, slot: int) -> None:
+        self._slots[slot] = []
+        self._state[slot] = np.zeros_like(self._state[slot])
+
+    def truncate(self, slot: int, n_keep: int) -> None:
+        del self._slots[slot][n_keep:]
+        self._recompute(slot)
+
+    def copy(self, src: int, dst: int) -> None:
+        self._slots[dst] = list(self._slots[src])
+        self._state[dst] = self._state[src].copy()
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,269 @@
+"""The engine loop: one thread that owns the runner and steps the scheduler.
+
+    out = scheduler.schedule(now); logits = runner.execute(out); scheduler.update(out, sample(logits))
+
+Other threads talk to it only through `submit` and `abort` (a locked inbox); results leave through each
+request's sink, called on the engine thread. The event loop never waits on a forward pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sluicegate.backends.base import BatchItem, ModelRunner
+from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
+from sluicegate.engine.sampler import SampleRow, sample
+from sluicegate.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput, Seq
+from sluicegate.engine.stats import EngineStats
+from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, Timing, TokenLogprob
+
+log = logging.getLogger("sluicegate.engine")
+
+Sink = Callable[[RequestOutput], None]
+
+
+class EngineOverloaded(Exception):
+    """The waiting queue is full; retry after `retry_after` seconds."""
+
+    def __init__(self, retry_after: int, message: str) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineStopped(Exception):
+    """The engine is shutting down and takes no new work."""
+
+
+@dataclass(slots=True)
+class _Live:
+    """Per-request output state kept beside the scheduler's Seq."""
+
+    seq: Seq
+    sink: Sink
+    detok: IncrementalDetokenizer
+    stop: StopMatcher
+    last_emit: float = 0.0
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(self, runner: ModelRunner, config: SchedulerConfig | None = None) -> None:
+        self.runner = runner
+        limits = runner.limits
+        cfg = config or SchedulerConfig()
+        if cfg.max_batch_tokens > limits.n_batch:
+            cfg = dataclasses.replace(cfg, max_batch_tokens=limits.n_batch)
+        self.scheduler = Scheduler(cfg, limits.n_slots, limits.eos_ids)
+        self.stats = EngineStats(slots_total=limits.n_slots)
+        self._lock = threading.Condition()
+        self._inbox: list[tuple[EngineRequest, Sink]] = []
+        self._aborts: set[str] = set()
+        self._live: dict[str, _Live] = {}
+        self._accepting = True
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # -- any thread --------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="sluicegate-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: EngineRequest, sink: Sink) -> None:
+        with self._lock:
+            if not self._accepting:
+                raise EngineStopped("the server is shutting down")
+            queued_tokens = sum(len(r.prompt_ids) for r, _ in self._inbox)
+            waiting = len(self._inbox) + len(self.scheduler.waiting)
+            cfg = self.scheduler.config
+            if (
+                waiting >= cfg.max_waiting
+                or self.scheduler.waiting_tokens + queued_tokens + len(request.prompt_ids) > cfg.max_waiting_tokens
+            ):
+                with self.stats.lock:
+                    self.stats.requests_refused += 1
+                raise EngineOverloaded(
+                    self._retry_after(waiting),
+                    f"{waiting} requests are waiting; the queue holds {cfg.max_waiting}",
+                )
+            self._inbox.append((request, sink))
+            self._lock.notify()
+
+    def abort(self, request_id: str) -> None:
+        with self._lock:
+            self._aborts.add(request_id)
+            self._lock.notify()
+
+    def stop(self, *, drain_s: float = 0.0) -> None:
+        """Refuse new work; let running work finish for up to `drain_s`, then cancel the rest."""
+        with self._lock:
+            self._accepting = False
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline and (self._inbox or self.scheduler.has_work):
+            time.sleep(0.01)
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _retry_after(self, waiting: int) -> int:
+        rate = self.stats.drain_rate()
+        if rate <= 0:
+            return 5
+        return max(1, min(60, math.ceil(waiting / rate)))
+
+    # -- engine thread -----------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and not self._inbox and not self._aborts and not self.scheduler.has_work:
+                    self._lock.wait()
+                if self._stopping:
+                    break
+                inbox, self._inbox = self._inbox, []
+                aborts, self._aborts = self._aborts, set()
+            for request, sink in inbox:
+                self._admit(request, sink)
+            for request_id in aborts:
+                self._cancel(request_id)
+            if self.scheduler.has_work:
+                self.step()
+        for live in list(self._live.values()):
+            self._finish(live, FinishReason.CANCELLED, time.monotonic())
+
+    def _admit(self, request: EngineRequest, sink: Sink) -> None:
+        seed = request.params.seed if request.params.seed is not None else secrets.randbits(63)
+        seq = Seq(request=request, seed=seed)
+        tb = self.runner.token_bytes
+        self._live[request.request_id] = _Live(seq, sink, IncrementalDetokenizer(tb), StopMatcher(request.params.stop))
+        self.scheduler.add(seq)
+
+    def _cancel(self, request_id: str) -> None:
+        live = self._live.get(request_id)
+        if live is not None:
+            now = time.monotonic()
+            self.scheduler.finish(live.seq, FinishReason.CANCELLED, now)
+            self._finish(live, FinishReason.CANCELLED, now)
+
+    def step(self) -> None:
+        now = time.monotonic()
+        out = self.scheduler.schedule(now)
+        for seq in out.expired:
+            self._finish(self._live[seq.request.request_id], FinishReason.CANCELLED, now)
+        if out.empty:
+            self._update_gauges()
+            return
+        try:
+            sampled = self._forward(out)
+        except Exception:
+            log.exception("engine step failed; failing the %d sequences in it", len(out.chunks))
+            self._fail(out)
+            return
+        done = time.monotonic()
+        with self.stats.lock:
+            self.stats.steps += 1
+            self.stats.prompt_tokens += sum(len(c.token_ids) for c in out.chunks if c.seq.num_computed < c.seq.prompt_len)
+        for seq, token in self.scheduler.update(out, sampled[0], done):
+            self._emit_token(seq, token, sampled[1].get(id(seq)), done)
+        self._update_gauges()
+
+    def _forward(self, out: SchedulerOutput) -> tuple[list[int], dict[int, TokenLogprob]]:
+        for op in out.kv_ops:
+            if op.kind == "clear":
+                self.runner.clear(op.slot)
+            elif op.kind == "truncate":
+                self.runner.truncate(op.slot, op.arg)
+            else:
+                self.runner.copy(op.arg, op.slot)
+        items = [BatchItem(c.seq.slot or 0, c.token_ids, c.start_pos, c.want_logits) for c in out.chunks]
+        logits = self.runner.execute(items)
+        rows = [
+            SampleRow(c.seq.request.params, c.seq.seed, len(c.seq.output_ids), c.seq.output_ids, c.seq.request.constraint)
+            for c in out.chunks if c.want_logits
+        ]
+        tokens, lps = sample(logits, rows)
+        wanting = [c.seq for c in out.chunks if c.want_logits]
+        return tokens, {id(s): lp for s, lp in zip(wanting, lps, strict=True) if lp is not None}
+
+    def _emit_token(self, seq: Seq, token: int, logprob: TokenLogprob | None, now: float) -> None:
+        live = self._live.get(seq.request.request_id)
+        if live is None:
+            return
+        constraint = seq.request.constraint
+        if constraint is not None and token not in self.scheduler.eos_ids:
+            constraint.accept(token)
+        with self.stats.lock:
+            self.stats.generated_tokens += 1
+            if len(seq.output_ids) == 1 and seq.first_scheduled is not None:
+                self.stats.ttft_s.append(now - seq.request.arrival)
+                self.stats.queue_s.append(seq.first_scheduled - seq.request.arrival)
+            elif live.last_emit:
+                self.stats.itl_s.append(now - live.last_emit)
+        live.last_emit = now
+        if logprob is not None:
+            live.logprobs.append(logprob)
+        is_eos = token in self.scheduler.eos_ids and not seq.request.params.ignore_eos
+        text = live.stop.feed("" if is_eos else live.detok.push(token))
+        if live.stop.matched is not None:
+            self.scheduler.finish(seq, FinishReason.STOP, now)
+        if seq.finish_reason is not None:
+            if live.stop.matched is None:
+                text += live.stop.feed(live.detok.flush()) + live.stop.flush()
+            self._finish(live, seq.finish_reason, now, text=text, new_ids=[token])
+            return
+        lps, live.logprobs = live.logprobs, []
+        live.sink(RequestOutput(seq.request.request_id, [token], text, logprobs=lps))
+
+    def _finish(
+        self, live: _Live, reason: FinishReason, now: float, *, text: str = "", new_ids: list[int] | None = None,
+        error: str | None = None,
+    ) -> None:
+        seq = live.seq
+        self._live.pop(seq.request.request_id, None)
+        arrival = seq.request.arrival
+        start = seq.first_scheduled or now
+        first = seq.first_token or now
+        timing = Timing(
+            queue_ms=(start - arrival) * 1e3, prefill_ms=(first - start) * 1e3,
+            decode_ms=(now - first) * 1e3, total_ms=(now - arrival) * 1e3,
+        )
+        with self.stats.lock:
+            self.stats.requests_finished += 1
+            self.stats.cached_tokens += seq.cached_tokens
+            self.stats.finish_times.append(now)
+            if reason is FinishReason.CANCELLED:
+                self.stats.requests_cancelled += 1
+            elif reason is FinishReason.ERROR:
+                self.stats.requests_failed += 1
+        live.sink(
+            RequestOutput(
+                seq.request.request_id, new_ids or [], text, finished=True, finish_reason=reason,
+                logprobs=live.logprobs, prompt_tokens=seq.prompt_len, cached_tokens=seq.cached_tokens,
+                completion_tokens=len(seq.output_ids), seed=seq.seed, timing=timing, error=error,
+            )
+        )
+
+    def _fail(self, out: SchedulerOutput) -> None:
+        now = time.monotonic()
+        for chunk in out.chunks:
+            seq = chunk.seq
+            self.scheduler.finish(seq, FinishReason.ERROR, now)
+            if seq.slot is not None:
+                self.runner.clear(seq.slot)
+            live = self._live.get(seq.request.request_id)
+            if live is not None:
+                self._finish(live, FinishReason.ERROR, now, error="the engine failed while running this request")
+
+    def _update_gauges(self) -> None:
+        with self.stats.lock:
+            self.stats.running = len(self.scheduler.running)
+            self.stats.waiting = len(self.scheduler.waiting)
+            self.stats.slots_busy = self.scheduler.slots.n_busy
+

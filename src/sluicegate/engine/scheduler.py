@@ -1,0 +1,214 @@
+"""Continuous-batching scheduler. Pure Python: no model, no threads, no clock of its own.
+
+Each step carries every decoding sequence's next token, then prompt chunks of prefilling sequences, then
+admits waiting requests while the step's token budget and free slots allow. Prompt chunks end on absolute
+block boundaries (multiples of `block_size`), so a prompt is always computed in the same pieces whatever else
+runs and whatever the prefix cache reused: that is what keeps outputs identical under batching and caching.
+
+Waiting order (documented in docs/engine.md): interactive before batch (a batch request that has waited
+longer than `batch_aging_s` counts as interactive); within a class, the tenant with the fewest running
+sequences first; then arrival order.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sluicegate.engine.prefix_cache import KvOp, SlotTable
+from sluicegate.engine.types import EngineRequest, FinishReason, Priority
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    block_size: int = 64  # prefill chunk boundary and prefix-cache block, in tokens
+    max_batch_tokens: int = 512  # tokens one step may carry (decode tokens + prompt chunks)
+    max_waiting: int = 256  # requests allowed to wait for a slot; beyond it: 503 overloaded
+    max_waiting_tokens: int = 1 << 20  # prompt tokens allowed to wait; beyond it: 503 overloaded
+    batch_aging_s: float = 30.0  # a batch request waiting this long is scheduled as interactive
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+_seq_counter = itertools.count()
+
+
+@dataclass(slots=True, eq=False)
+class Seq:
+    request: EngineRequest
+    seed: int
+    status: SeqStatus = SeqStatus.WAITING
+    slot: int | None = None
+    num_computed: int = 0  # positions whose KV the slot holds
+    output_ids: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    finish_reason: FinishReason | None = None
+    first_scheduled: float | None = None
+    first_token: float | None = None
+    finished_at: float | None = None
+    order: int = field(default_factory=lambda: next(_seq_counter))
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.request.prompt_ids)
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.num_computed < self.prompt_len
+
+    def pending_ids(self) -> list[int]:
+        """Tokens the model has not seen yet."""
+        ids = self.request.prompt_ids
+        if self.num_computed < len(ids):
+            return ids[self.num_computed :]
+        return self.output_ids[self.num_computed - len(ids) :]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    seq: Seq
+    token_ids: list[int]
+    start_pos: int
+    want_logits: bool
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    kv_ops: list[KvOp] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)
+    expired: list[Seq] = field(default_factory=list)  # finished by deadline before this step
+
+    @property
+    def empty(self) -> bool:
+        return not self.chunks
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, n_slots: int, eos_ids: frozenset[int]) -> None:
+        if config.max_batch_tokens < config.block_size:
+            raise ValueError("max_batch_tokens must hold at least one block")
+        self.config = config
+        self.slots = SlotTable(n_slots, config.block_size)
+        self.eos_ids = eos_ids
+        self.waiting: list[Seq] = []
+        self.running: list[Seq] = []
+        self.waiting_tokens = 0
+
+    # -- admission ---------------------------------------------------------------------------------------
+    def has_room(self, n_prompt_tokens: int) -> bool:
+        c = self.config
+        return len(self.waiting) < c.max_waiting and self.waiting_tokens + n_prompt_tokens <= c.max_waiting_tokens
+
+    def add(self, seq: Seq) -> None:
+        self.waiting.append(seq)
+        self.waiting_tokens += seq.prompt_len
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def find(self, request_id: str) -> Seq | None:
+        return next((s for s in itertools.chain(self.running, self.waiting) if s.request.request_id == request_id), None)
+
+    # -- the step ----------------------------------------------------------------------------------------
+    def schedule(self, now: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        for seq in [s for s in itertools.chain(self.running, self.waiting) if _expired(s, now)]:
+            self.finish(seq, FinishReason.CANCELLED, now)
+            out.expired.append(seq)
+        budget = self.config.max_batch_tokens
+        for seq in self.running:
+            if not seq.in_prefill and budget > 0:
+                out.chunks.append(Chunk(seq, seq.pending_ids(), seq.num_computed, True))
+                budget -= 1
+        for seq in self.running:
+            if seq.in_prefill:
+                budget -= self._add_prefill_chunk(seq, budget, out)
+        while self.waiting and budget >= min(self.config.block_size, self._next_waiting(now).prompt_len):
+            seq = self._next_waiting(now)
+            acquired = self.slots.acquire(seq.request.prompt_ids)
+            if acquired is None:
+                break
+            self.waiting.remove(seq)
+            self.waiting_tokens -= seq.prompt_len
+            seq.status, seq.slot = SeqStatus.RUNNING, acquired.slot
+            seq.num_computed = seq.cached_tokens = acquired.reused_tokens
+            seq.first_scheduled = now
+            self.running.append(seq)
+            out.kv_ops.extend(acquired.ops)
+            budget -= self._add_prefill_chunk(seq, budget, out)
+        return out
+
+    def _add_prefill_chunk(self, seq: Seq, budget: int, out: SchedulerOutput) -> int:
+        bs = self.config.block_size
+        end = min(seq.prompt_len, (seq.num_computed // bs + 1) * bs)
+        n = end - seq.num_computed
+        if n <= 0 or n > budget:
+            return 0
+        ids = seq.request.prompt_ids[seq.num_computed : end]
+        out.chunks.append(Chunk(seq, ids, seq.num_computed, end == seq.prompt_len))
+        return n
+
+    def _next_waiting(self, now: float) -> Seq:
+        running_by_tenant = Counter(s.request.tenant for s in self.running)
+        aging = self.config.batch_aging_s
+
+        def key(s: Seq) -> tuple[int, int, float, int]:
+            prio = s.request.priority
+            if prio == Priority.BATCH and now - s.request.arrival >= aging:
+                prio = Priority.INTERACTIVE
+            return (int(prio), running_by_tenant[s.request.tenant], s.request.arrival, s.order)
+
+        return min(self.waiting, key=key)
+
+    def update(self, out: SchedulerOutput, sampled: Sequence[int], now: float) -> list[tuple[Seq, int]]:
+        """Account the step: advance positions, append sampled tokens (one per chunk with logits, in order).
+
+        Returns (seq, token) for every sampled token; sequences that hit EOS or their length are finished.
+        """
+        results: list[tuple[Seq, int]] = []
+        it = iter(sampled)
+        for chunk in out.chunks:
+            seq = chunk.seq
+            token = next(it) if chunk.want_logits else None
+            if seq.status is not SeqStatus.RUNNING:
+                continue
+            seq.num_computed += len(chunk.token_ids)
+            if seq.in_prefill or seq.num_computed == seq.prompt_len:
+                assert seq.slot is not None
+                self.slots.record_prefill(seq.slot, seq.request.prompt_ids, seq.num_computed)
+            if token is None:
+                continue
+            seq.output_ids.append(token)
+            if seq.first_token is None:
+                seq.first_token = now
+            results.append((seq, token))
+            if token in self.eos_ids and not seq.request.params.ignore_eos:
+                self.finish(seq, FinishReason.EOS, now)
+            elif len(seq.output_ids) >= seq.request.params.max_new_tokens:
+                self.finish(seq, FinishReason.LENGTH, now)
+        return results
+
+    def finish(self, seq: Seq, reason: FinishReason, now: float) -> None:
+        """Take the sequence out of the queues and free its slot at once."""
+        if seq.status is SeqStatus.FINISHED:
+            return
+        if seq.status is SeqStatus.WAITING:
+            self.waiting.remove(seq)
+            self.waiting_tokens -= seq.prompt_len
+        else:
+            self.running.remove(seq)
+            assert seq.slot is not None
+            self.slots.release(seq.slot, keep_cache=reason is not FinishReason.ERROR)
+        seq.status, seq.finish_reason, seq.finished_at = SeqStatus.FINISHED, reason, now
+
+
+def _expired(seq: Seq, now: float) -> bool:
+    return seq.request.deadline is not None and now >= seq.request.deadline
