@@ -1,0 +1,1 @@
+"""HTTP: the FastAPI app factory, middleware, routers and SSE framing."""

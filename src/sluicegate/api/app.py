@@ -1,0 +1,55 @@
+"""The FastAPI app factory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from sluicegate import __version__
+from sluicegate.api.errors import install_error_handlers
+from sluicegate.api.middleware.request_context import RequestContextMiddleware
+from sluicegate.api.routes import generate, health
+from sluicegate.api.state import AppState, RunnerFactory
+from sluicegate.config import Config
+from sluicegate.protocol.generate import GenerateRequest
+
+REQUEST_MODELS = [GenerateRequest]
+
+
+def create_app(config: Config, factory: RunnerFactory) -> FastAPI:
+    state = AppState(config, factory)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loading = asyncio.create_task(state.load())
+        try:
+            yield
+        finally:
+            await loading
+            await state.close()
+
+    app = FastAPI(title="sluicegate", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.sluicegate = state
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(generate.router)
+    app.add_middleware(RequestContextMiddleware)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            for model in REQUEST_MODELS:
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(schema.pop("$defs", {}))
+                schemas[model.__name__] = schema
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

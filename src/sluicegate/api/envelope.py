@@ -1,0 +1,40 @@
+"""The one error envelope, as a response object or as raw ASGI messages (for middleware)."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.responses import JSONResponse
+from starlette.types import Send
+
+from sluicegate.serving.errors import ApiError
+
+INTERNAL = "internal error; report the request id"
+
+
+def envelope(exc: ApiError, request_id: str) -> dict[str, dict[str, str | None]]:
+    return {
+        "error": {
+            "type": exc.type, "code": exc.code, "message": exc.message, "param": exc.param, "request_id": request_id,
+        }
+    }
+
+
+def _headers(exc: ApiError) -> dict[str, str]:
+    headers = dict(exc.headers)
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
+    return headers
+
+
+def error_response(exc: ApiError, request_id: str) -> JSONResponse:
+    return JSONResponse(envelope(exc, request_id), status_code=exc.status, headers=_headers(exc))
+
+
+async def send_error(send: Send, exc: ApiError, request_id: str) -> None:
+    """Send a complete error response from pure ASGI code."""
+    body = json.dumps(envelope(exc, request_id)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in _headers(exc).items()]
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,54 @@
+"""Rendering every failure as the one envelope, on every route.
+
+A 500 is always `internal_error`: the detail goes to the log under the request id, nothing of it to the body.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sluicegate.api.envelope import INTERNAL, error_response
+from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.validation import validation_error
+from sluicegate.serving.errors import ApiError
+
+log = logging.getLogger("sluicegate.errors")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return error_response(exc, context_of(request.scope).request_id)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        rid = context_of(request.scope).request_id
+        if exc.status_code == 404:
+            return error_response(ApiError("not_found", "no such route", code="unknown_route"), rid)
+        if exc.status_code == 405:
+            err = ApiError("method_not_allowed", f"{request.method} is not allowed on this route", code="wrong_method")
+            err.headers = dict(exc.headers or {})
+            return error_response(err, rid)
+        log.error("%s unexpected HTTP %d", rid, exc.status_code)
+        return error_response(ApiError("internal_error", INTERNAL), rid)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        rid = context_of(request.scope).request_id
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = tuple(p for p in first.get("loc", ()) if p not in ("body", "query", "path"))
+        err = ApiError("invalid_request", f"{'.'.join(map(str, loc)) or 'request'} is not acceptable",
+                       param=".".join(map(str, loc)) or None, code="invalid_value")
+        return error_response(err, rid)
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+
+
+__all__ = ["error_response", "install_error_handlers", "validation_error"]

@@ -1,0 +1,1 @@
+"""Pure ASGI middleware: request context (id, timing, access log) and the body limit."""

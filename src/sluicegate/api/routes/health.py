@@ -1,0 +1,31 @@
+"""Operations: liveness and readiness. Neither waits on the engine."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from sluicegate.api.envelope import error_response
+from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.state import app_state
+from sluicegate.serving.errors import ApiError
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="The process is up")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="The model is loaded and the engine takes requests")
+async def readyz(request: Request) -> JSONResponse:
+    state = app_state(request)
+    try:
+        model = state.served()
+    except ApiError as exc:
+        return error_response(exc, context_of(request.scope).request_id)
+    ident = model.identity
+    return JSONResponse(
+        {"status": "ready", "model": {"name": ident.name, "version": ident.version, "digest": ident.digest}}
+    )

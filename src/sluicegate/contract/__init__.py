@@ -1,0 +1,1 @@
+"""Contract tooling: compare API schemas and decide which changes old clients survive."""

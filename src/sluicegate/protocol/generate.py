@@ -1,0 +1,54 @@
+"""`POST /v1/generate`: the native surface."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from sluicegate.engine.types import SamplingParams
+from sluicegate.protocol.common import ModelInfo, ResponseModel, StageTiming, StopList, StrictModel, Usage
+
+MAX_SEED = 2**63 - 1
+
+
+class GenerateRequest(StrictModel):
+    prompt: str = Field(min_length=1, description="text to continue; special-token text is not parsed")
+    max_new_tokens: int = Field(16, ge=1, le=1 << 17, description="at most this many new tokens")
+    temperature: float = Field(1.0, ge=0.0, le=2.0, description="0 is greedy")
+    top_k: int = Field(0, ge=0, le=1 << 20, description="0 is off")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="same seed, same tokens, in any process")
+    stop: StopList | None = Field(None, description="up to 4 strings that end the generation (not returned)")
+    model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")
+
+    def to_sampling_params(self) -> SamplingParams:
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+            seed=self.seed, stop=tuple(self.stop or ()),
+        )
+
+    def warnings(self) -> list[str]:
+        """Harmless-but-ineffective combinations: accepted, and said so."""
+        out: list[str] = []
+        if self.temperature == 0.0:
+            for name, off in (("top_k", 0), ("top_p", 1.0)):
+                if getattr(self, name) != off:
+                    out.append(f"{name} has no effect at temperature 0 (greedy decoding)")
+            if self.seed is not None:
+                out.append("seed has no effect at temperature 0 (greedy decoding)")
+        return out
+
+
+class GenerateResponse(ResponseModel):
+    id: str = Field(description="equals the X-Request-Id header")
+    object: Literal["generation"] = "generation"
+    created: int
+    model: ModelInfo
+    text: str
+    token_ids: list[int]
+    finish_reason: Literal["length", "stop", "eos", "cancelled"]
+    seed: int | None = Field(description="the seed the sampler used (drawn by the server when not given)")
+    usage: Usage
+    warnings: list[str]
+    timing: StageTiming

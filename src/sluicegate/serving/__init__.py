@@ -1,0 +1,1 @@
+"""Per-surface request handling: validate, budget, submit to the engine, shape the result. No FastAPI."""

@@ -1,0 +1,21 @@
+"""Per-request context the serving layer needs, independent of the web framework."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RequestContext:
+    request_id: str
+    arrival: float = field(default_factory=time.monotonic)  # monotonic, stamped by the first middleware
+    created: int = field(default_factory=lambda: int(time.time()))
+    stages_ms: dict[str, float] = field(default_factory=dict)  # reported in Server-Timing
+    tenant: str = ""
+
+    def stage(self, name: str, start: float) -> float:
+        """Record the time since `start` under `name`; returns now."""
+        now = time.perf_counter()
+        self.stages_ms[name] = self.stages_ms.get(name, 0.0) + (now - start) * 1e3
+        return now

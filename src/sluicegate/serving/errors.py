@@ -1,0 +1,48 @@
+"""The one error the serving layer raises; the API layer renders it as the envelope.
+
+`type` values are stable and documented in docs/errors.md with the client's action; `message` may change.
+Messages give the parameter and the numbers, never the client's input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# type -> HTTP status
+STATUS: Mapping[str, int] = {
+    "invalid_json": 400,
+    "unsupported_media_type": 415,
+    "body_too_large": 413,
+    "invalid_request": 422,
+    "context_length_exceeded": 422,
+    "prompt_too_long": 422,
+    "not_found": 404,
+    "model_not_found": 404,
+    "method_not_allowed": 405,
+    "overloaded": 503,
+    "not_ready": 503,
+    "shutting_down": 503,
+    "internal_error": 500,
+}
+
+
+@dataclass(slots=True)
+class ApiError(Exception):
+    type: str
+    message: str
+    param: str | None = None
+    code: str | None = None
+    retry_after: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.type not in STATUS:
+            raise ValueError(f"unknown error type {self.type!r}")
+
+    @property
+    def status(self) -> int:
+        return STATUS[self.type]
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
