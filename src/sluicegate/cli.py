@@ -59,23 +59,23 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Tools with their own argument parsers get everything after their name untouched.
+    if argv and argv[0] == "probe":
+        from sluicegate.contract import probe_cli
+
+        return probe_cli.main(argv[1:])
+    if argv and argv[0] == "compat":
+        from sluicegate.contract import compat as compat_cli
+
+        return compat_cli.main(argv[1:])
     parser = argparse.ArgumentParser(prog="sluicegate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
-    probe = sub.add_parser("probe", help="grade a server's boundary with awkward requests")
-    probe.add_argument("rest", nargs=argparse.REMAINDER)
-    compat = sub.add_parser("compat", help="classify schema changes as compatible or breaking")
-    compat.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("probe", help="grade a server's boundary with awkward requests (probe --help)")
+    sub.add_parser("compat", help="classify schema changes as compatible or breaking (compat --help)")
     args = parser.parse_args(argv)
-    if args.command == "serve":
-        return serve(args)
-    if args.command == "probe":
-        from sluicegate.contract import probe_cli
-
-        return probe_cli.main(args.rest)
-    from sluicegate.contract import compat as compat_cli
-
-    return compat_cli.main(args.rest)
+    return serve(args)
 
 
 if __name__ == "__main__":

@@ -44,9 +44,11 @@ class StopMatcher:
         if not self._stops:
             return text
         buf = self._pending + text
-        first = min(((buf.find(s), s) for s in self._stops if s in buf), default=None)
+        # The match that completes first wins (then the one starting first), as if fed one character at a
+        # time: so the result does not depend on how the text was cut into tokens.
+        first = min(((buf.find(s) + len(s), buf.find(s), s) for s in self._stops if s in buf), default=None)
         if first is not None:
-            idx, stop = first
+            _, idx, stop = first
             self.matched = stop
             self._pending = ""
             return buf[:idx]
