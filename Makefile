@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 ARGS ?=
 
-.PHONY: install serve test lint typecheck bench clean
+.PHONY: install serve test lint typecheck bench openapi clean
 
 install: $(STAMP)
 
@@ -35,6 +35,10 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/lifecycle.py
+
+# Refresh the committed OpenAPI snapshot after a deliberate contract change (docs/versioning.md).
+openapi: $(STAMP)
+	$(PY) -m sluicegate.contract.snapshot --write docs/openapi.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info
