@@ -9,16 +9,20 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
 from sluicegate import __version__
 from sluicegate.api.errors import install_error_handlers
+from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
-from sluicegate.api.routes import generate, health
+from sluicegate.api.routes import generate, health, metrics, openai
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.config import Config
 from sluicegate.protocol.generate import GenerateRequest
+from sluicegate.protocol.openai_chat import ChatCompletionRequest
+from sluicegate.protocol.openai_completions import CompletionRequest
 
-REQUEST_MODELS = [GenerateRequest]
+REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest]
 
 
 def create_app(config: Config, factory: RunnerFactory) -> FastAPI:
@@ -37,8 +41,11 @@ def create_app(config: Config, factory: RunnerFactory) -> FastAPI:
     app.state.sluicegate = state
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.include_router(generate.router)
-    app.add_middleware(RequestContextMiddleware)
+    app.include_router(openai.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware)  # added last: outermost, so every answer carries the id
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -15,7 +15,8 @@ INTERNAL = "internal error; report the request id"
 def envelope(exc: ApiError, request_id: str) -> dict[str, dict[str, str | None]]:
     return {
         "error": {
-            "type": exc.type, "code": exc.code, "message": exc.message, "param": exc.param, "request_id": request_id,
+            "type": exc.type, "code": exc.code, "message": exc.message, "param": exc.param,
+            "request_id": request_id,
         }
     }
 
@@ -31,10 +32,14 @@ def error_response(exc: ApiError, request_id: str) -> JSONResponse:
     return JSONResponse(envelope(exc, request_id), status_code=exc.status, headers=_headers(exc))
 
 
-async def send_error(send: Send, exc: ApiError, request_id: str) -> None:
-    """Send a complete error response from pure ASGI code."""
+async def send_error(send: Send, exc: ApiError, request_id: str, *, final: bool = True) -> None:
+    """Send an error response from pure ASGI code.
+
+    With `final=False` the whole body goes out but the response is left open (`more_body`), so the caller
+    can still read what the client sends before it ends the response with an empty body message.
+    """
     body = json.dumps(envelope(exc, request_id)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in _headers(exc).items()]
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body, "more_body": not final})

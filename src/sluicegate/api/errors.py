@@ -13,8 +13,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sluicegate.api.envelope import INTERNAL, error_response
+from sluicegate.api.middleware.body_limit import BodyTooLarge
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.validation import validation_error
+from sluicegate.api.validation import error_from_details, validation_error
 from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.errors")
@@ -30,8 +31,11 @@ def install_error_handlers(app: FastAPI) -> None:
         rid = context_of(request.scope).request_id
         if exc.status_code == 404:
             return error_response(ApiError("not_found", "no such route", code="unknown_route"), rid)
+        if isinstance(exc, BodyTooLarge):  # raised while reading the body; the middleware drains the rest
+            return error_response(exc.api_error(), rid)
         if exc.status_code == 405:
-            err = ApiError("method_not_allowed", f"{request.method} is not allowed on this route", code="wrong_method")
+            err = ApiError("method_not_allowed", f"{request.method} is not allowed on this route",
+                           code="wrong_method")
             err.headers = dict(exc.headers or {})
             return error_response(err, rid)
         log.error("%s unexpected HTTP %d", rid, exc.status_code)
@@ -40,10 +44,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         rid = context_of(request.scope).request_id
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = tuple(p for p in first.get("loc", ()) if p not in ("body", "query", "path"))
-        err = ApiError("invalid_request", f"{'.'.join(map(str, loc)) or 'request'} is not acceptable",
-                       param=".".join(map(str, loc)) or None, code="invalid_value")
+        err = error_from_details(exc.errors(), strip=("body", "query", "path", "header"))
         return error_response(err, rid)
 
     app.add_exception_handler(ApiError, on_api_error)

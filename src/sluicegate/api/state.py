@@ -13,6 +13,7 @@ from starlette.requests import HTTPConnection
 from sluicegate.backends.base import ModelRunner
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
+from sluicegate.serving.budget import Budget
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 
@@ -39,10 +40,11 @@ class AppState:
             log.exception("the model failed to load")
             self.load_error = type(exc).__name__
             return
+        budget = await asyncio.to_thread(Budget.for_runner, runner, self.config.limits)
         engine = Engine(runner, self.config.engine)
         engine.start()
         self.engine = engine
-        self.model = ServedModel(runner, AsyncEngine(engine))
+        self.model = ServedModel(runner, AsyncEngine(engine), budget)
         ident = runner.identity
         log.info(
             "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,

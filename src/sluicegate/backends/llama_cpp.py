@@ -3,6 +3,13 @@
 `kv_unified=False` gives every sequence its own KV stream: a sequence's logits do not depend on what else
 is in the step (measured in shared notes/llama-cpp.md: with a unified KV, batched greedy output diverged).
 The context is sized `n_ctx * n_slots`, so each slot sees a window of `n_ctx` positions.
+
+Flash attention is off: ggml's CPU flash-attention kernel picks one of three code paths per micro-batch
+(split-KV for a lone one-token sequence over >= 512 cached positions, tiled for >= 64 query rows, one row at
+a time otherwise), and they round differently, so a token's logits changed with how its prompt was chunked
+and with whether a neighbouring slot shared its micro-batch. With the plain attention path every token is
+computed bit-identically whatever the chunking and the company (docs/engine.md has the measurements;
+`bench/determinism.py` reproduces them).
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ class LlamaCppRunner:
 
     def __init__(
         self, path: Path, *, n_ctx: int = 2048, n_slots: int = 16, n_batch: int = 512, n_threads: int | None = None,
-        name: str | None = None, version: str | None = None,
+        name: str | None = None, version: str | None = None, flash_attn: bool = False,
     ) -> None:
         _init_backend()
         self._path = path
@@ -71,6 +78,10 @@ class LlamaCppRunner:
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_slots
         cparams.kv_unified = False
+        # flash attention breaks batch- and chunk-invariance (module docstring); on only for measurements
+        cparams.flash_attn_type = (
+            L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         threads = n_threads or max(1, os.cpu_count() or 1)
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
@@ -146,10 +157,16 @@ class LlamaCppRunner:
         return self._piece(token_id, True).decode("utf-8", errors="replace")
 
     def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        if sum(len(item.token_ids) for item in batch) > self._limits.n_batch:
+            raise ValueError(f"a step carries at most {self._limits.n_batch} tokens")
         b = self._batch
         n = 0
-        out_rows: list[int] = []
-        for item in batch:
+        row_of: dict[int, int] = {}  # item index -> batch row whose logits it wants
+        # Items in slot order: with one KV stream per slot, llama.cpp splits a batch into micro-batches of
+        # consecutive sequence ids (llama_batch_allocr::split_equal), each a separate pass over the weights;
+        # slot order keeps busy neighbouring slots in one micro-batch.
+        for k in sorted(range(len(batch)), key=lambda i: batch[i].slot):
+            item = batch[k]
             last = len(item.token_ids) - 1
             for j, tok in enumerate(item.token_ids):
                 b.token[n] = tok
@@ -159,14 +176,15 @@ class LlamaCppRunner:
                 want = item.want_logits and j == last
                 b.logits[n] = want
                 if want:
-                    out_rows.append(n)
+                    row_of[k] = n
                 n += 1
         b.n_tokens = n
         rc = L.llama_decode(self._ctx, b)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
-        out = np.empty((len(out_rows), self._n_vocab), dtype=np.float32)
-        for k, row in enumerate(out_rows):
+        rows = [row_of[k] for k in range(len(batch)) if k in row_of]
+        out = np.empty((len(rows), self._n_vocab), dtype=np.float32)
+        for k, row in enumerate(rows):
             ptr = L.llama_get_logits_ith(self._ctx, row)
             out[k] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
         return out

@@ -100,7 +100,7 @@ class ReferenceRunner:
 
     def _logits(self, state: np.ndarray, n_pos: int) -> np.ndarray:
         h = np.tanh(state + self._pos * (n_pos % 17) / 17.0)
-        logits = (h @ self._out) * 4.0
+        logits: np.ndarray = (h @ self._out) * 4.0
         logits[BOS_ID] = -1e9
         logits[EOS_ID] += self._eos_slope * n_pos - 3.0
         return logits

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from sluicegate.engine.core import Engine
@@ -23,10 +24,8 @@ class AsyncEngine:
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
 
         def sink(out: RequestOutput) -> None:
-            try:
+            with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody is listening any more
                 loop.call_soon_threadsafe(queue.put_nowait, out)
-            except RuntimeError:  # the event loop is gone: nobody is listening any more
-                pass
 
         self.engine.submit(request, sink)
         finished = False

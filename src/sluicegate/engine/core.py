@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from sluicegate.backends.base import BatchItem, ModelRunner
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
 from sluicegate.engine.sampler import SampleRow, sample
-from sluicegate.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput, Seq
+from sluicegate.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput, Seq, SeqStatus
 from sluicegate.engine.stats import EngineStats
 from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, Timing, TokenLogprob
 
 log = logging.getLogger("sluicegate.engine")
+
+_FAILED = "the engine failed while running this request"
 
 Sink = Callable[[RequestOutput], None]
 
@@ -61,9 +63,10 @@ class Engine:
         if cfg.max_batch_tokens > limits.n_batch:
             cfg = dataclasses.replace(cfg, max_batch_tokens=limits.n_batch)
         self.scheduler = Scheduler(cfg, limits.n_slots, limits.eos_ids)
-        self.stats = EngineStats(slots_total=limits.n_slots)
+        self.stats = EngineStats(slots_total=limits.n_slots, kv_tokens_total=limits.n_slots * limits.n_ctx)
         self._lock = threading.Condition()
         self._inbox: list[tuple[EngineRequest, Sink]] = []
+        self._inbox_tokens = 0
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
         self._accepting = True
@@ -76,23 +79,27 @@ class Engine:
         self._thread.start()
 
     def submit(self, request: EngineRequest, sink: Sink) -> None:
+        """Queue a request, or refuse it at once: `EngineOverloaded` when the waiting queue is full,
+        `EngineStopped` while shutting down, `ValueError` for a request the window cannot hold."""
+        n_prompt = len(request.prompt_ids)
+        n_ctx = self.runner.limits.n_ctx
+        if n_prompt == 0 or n_prompt + request.params.max_new_tokens > n_ctx:
+            n_new = request.params.max_new_tokens
+            raise ValueError(f"{n_prompt} prompt + {n_new} new tokens do not fit a window of {n_ctx}")
         with self._lock:
             if not self._accepting:
                 raise EngineStopped("the server is shutting down")
-            queued_tokens = sum(len(r.prompt_ids) for r, _ in self._inbox)
             waiting = len(self._inbox) + len(self.scheduler.waiting)
-            cfg = self.scheduler.config
-            if (
-                waiting >= cfg.max_waiting
-                or self.scheduler.waiting_tokens + queued_tokens + len(request.prompt_ids) > cfg.max_waiting_tokens
-            ):
+            n_inbox, inbox_tokens = len(self._inbox), self._inbox_tokens
+            if not self.scheduler.has_room(n_prompt, extra_requests=n_inbox, extra_tokens=inbox_tokens):
                 with self.stats.lock:
                     self.stats.requests_refused += 1
                 raise EngineOverloaded(
                     self._retry_after(waiting),
-                    f"{waiting} requests are waiting; the queue holds {cfg.max_waiting}",
+                    f"{waiting} requests are waiting; the queue holds {self.scheduler.config.max_waiting}",
                 )
             self._inbox.append((request, sink))
+            self._inbox_tokens += n_prompt
             self._lock.notify()
 
     def abort(self, request_id: str) -> None:
@@ -123,58 +130,78 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self._stopping and not self._inbox and not self._aborts and not self.scheduler.has_work:
+                while not (self._stopping or self._inbox or self._aborts or self.scheduler.has_work):
                     self._lock.wait()
                 if self._stopping:
                     break
-                inbox, self._inbox = self._inbox, []
+                inbox, self._inbox, self._inbox_tokens = self._inbox, [], 0
                 aborts, self._aborts = self._aborts, set()
-            for request, sink in inbox:
-                self._admit(request, sink)
-            for request_id in aborts:
-                self._cancel(request_id)
-            if self.scheduler.has_work:
-                self.step()
+            try:
+                for request, sink in inbox:
+                    self._admit(request, sink)
+                for request_id in aborts:
+                    self._cancel(request_id)
+                if self.scheduler.has_work:
+                    self.step()
+                else:
+                    self._update_gauges()  # cancellations can empty the engine between steps
+            except Exception:  # a bug, not a model failure (step() handles those): fail loudly, keep serving
+                log.exception("engine loop error; failing every request in flight")
+                self._fail_all(_FAILED)
+        with self._lock:
+            inbox, self._inbox, self._inbox_tokens = self._inbox, [], 0
+        for request, sink in inbox:  # submitted just before shutdown: admitted only to be cancelled
+            self._admit(request, sink)
+        now = time.monotonic()
         for live in list(self._live.values()):
-            self._finish(live, FinishReason.CANCELLED, time.monotonic())
+            self.scheduler.finish(live.seq, FinishReason.CANCELLED, now)
+            self._finish(live, FinishReason.CANCELLED, now)
 
     def _admit(self, request: EngineRequest, sink: Sink) -> None:
         seed = request.params.seed if request.params.seed is not None else secrets.randbits(63)
         seq = Seq(request=request, seed=seed)
         tb = self.runner.token_bytes
-        self._live[request.request_id] = _Live(seq, sink, IncrementalDetokenizer(tb), StopMatcher(request.params.stop))
+        stop = StopMatcher(request.params.stop)
+        self._live[request.request_id] = _Live(seq, sink, IncrementalDetokenizer(tb), stop)
         self.scheduler.add(seq)
 
     def _cancel(self, request_id: str) -> None:
         live = self._live.get(request_id)
         if live is not None:
             now = time.monotonic()
-            self.scheduler.finish(live.seq, FinishReason.CANCELLED, now)
+            seq = live.seq
+            log.debug("cancelled %s (%s, %d tokens out)", request_id, seq.status.value, len(seq.output_ids))
+            self.scheduler.finish(seq, FinishReason.CANCELLED, now)
             self._finish(live, FinishReason.CANCELLED, now)
 
     def step(self) -> None:
         now = time.monotonic()
         out = self.scheduler.schedule(now)
         for seq in out.expired:
+            with self.stats.lock:
+                self.stats.requests_expired += 1
             self._finish(self._live[seq.request.request_id], FinishReason.CANCELLED, now)
-        if out.empty:
+        if out.empty and not out.kv_ops:
             self._update_gauges()
             return
         try:
-            sampled = self._forward(out)
+            self._apply_kv_ops(out)
+            sampled = self._forward(out) if out.chunks else ([], {})
+            done = time.monotonic()
+            with self.stats.lock:
+                self.stats.steps += 1
+                self.stats.step_s.append(done - now)
+                self.stats.prompt_tokens += sum(
+                    len(c.token_ids) for c in out.chunks if c.start_pos < c.seq.prompt_len
+                )
+            for seq, token in self.scheduler.update(out, sampled[0], done):
+                self._emit_token(seq, token, sampled[1].get(id(seq)), done)
         except Exception:
             log.exception("engine step failed; failing the %d sequences in it", len(out.chunks))
             self._fail(out)
-            return
-        done = time.monotonic()
-        with self.stats.lock:
-            self.stats.steps += 1
-            self.stats.prompt_tokens += sum(len(c.token_ids) for c in out.chunks if c.seq.num_computed < c.seq.prompt_len)
-        for seq, token in self.scheduler.update(out, sampled[0], done):
-            self._emit_token(seq, token, sampled[1].get(id(seq)), done)
         self._update_gauges()
 
-    def _forward(self, out: SchedulerOutput) -> tuple[list[int], dict[int, TokenLogprob]]:
+    def _apply_kv_ops(self, out: SchedulerOutput) -> None:
         for op in out.kv_ops:
             if op.kind == "clear":
                 self.runner.clear(op.slot)
@@ -182,10 +209,13 @@ class Engine:
                 self.runner.truncate(op.slot, op.arg)
             else:
                 self.runner.copy(op.arg, op.slot)
+
+    def _forward(self, out: SchedulerOutput) -> tuple[list[int], dict[int, TokenLogprob]]:
         items = [BatchItem(c.seq.slot or 0, c.token_ids, c.start_pos, c.want_logits) for c in out.chunks]
         logits = self.runner.execute(items)
         rows = [
-            SampleRow(c.seq.request.params, c.seq.seed, len(c.seq.output_ids), c.seq.output_ids, c.seq.request.constraint)
+            SampleRow(c.seq.request.params, c.seq.seed, len(c.seq.output_ids), c.seq.output_ids,
+                      c.seq.request.constraint)
             for c in out.chunks if c.want_logits
         ]
         tokens, lps = sample(logits, rows)
@@ -219,11 +249,11 @@ class Engine:
             self._finish(live, seq.finish_reason, now, text=text, new_ids=[token])
             return
         lps, live.logprobs = live.logprobs, []
-        live.sink(RequestOutput(seq.request.request_id, [token], text, logprobs=lps))
+        _deliver(live, RequestOutput(seq.request.request_id, [token], text, logprobs=lps))
 
     def _finish(
-        self, live: _Live, reason: FinishReason, now: float, *, text: str = "", new_ids: list[int] | None = None,
-        error: str | None = None,
+        self, live: _Live, reason: FinishReason, now: float, *, text: str = "",
+        new_ids: list[int] | None = None, error: str | None = None,
     ) -> None:
         seq = live.seq
         self._live.pop(seq.request.request_id, None)
@@ -242,28 +272,56 @@ class Engine:
                 self.stats.requests_cancelled += 1
             elif reason is FinishReason.ERROR:
                 self.stats.requests_failed += 1
-        live.sink(
+        _deliver(
+            live,
             RequestOutput(
                 seq.request.request_id, new_ids or [], text, finished=True, finish_reason=reason,
                 logprobs=live.logprobs, prompt_tokens=seq.prompt_len, cached_tokens=seq.cached_tokens,
                 completion_tokens=len(seq.output_ids), seed=seq.seed, timing=timing, error=error,
-            )
+            ),
         )
 
     def _fail(self, out: SchedulerOutput) -> None:
+        """Fail the step's sequences: their KV may be half-written, so their slots are cleared, cache too."""
         now = time.monotonic()
-        for chunk in out.chunks:
-            seq = chunk.seq
-            self.scheduler.finish(seq, FinishReason.ERROR, now)
-            if seq.slot is not None:
-                self.runner.clear(seq.slot)
-            live = self._live.get(seq.request.request_id)
-            if live is not None:
-                self._finish(live, FinishReason.ERROR, now, error="the engine failed while running this request")
+        for seq in dict.fromkeys(c.seq for c in out.chunks):
+            self._fail_seq(seq, now)
+
+    def _fail_all(self, message: str) -> None:
+        now = time.monotonic()
+        for live in list(self._live.values()):
+            self._fail_seq(live.seq, now, message)
+
+    def _fail_seq(self, seq: Seq, now: float, message: str = _FAILED) -> None:
+        if seq.status is SeqStatus.FINISHED and seq.request.request_id not in self._live:
+            return  # finished normally within the step; its output was delivered and its KV is whole
+        slot = seq.slot if seq.status is SeqStatus.RUNNING else None
+        self.scheduler.finish(seq, FinishReason.ERROR, now)
+        if slot is not None:
+            try:
+                self.runner.clear(slot)
+            except Exception:
+                log.exception("could not clear slot %d", slot)
+        live = self._live.get(seq.request.request_id)
+        if live is not None:
+            self._finish(live, FinishReason.ERROR, now, error=message)
 
     def _update_gauges(self) -> None:
+        slots = self.scheduler.slots
         with self.stats.lock:
             self.stats.running = len(self.scheduler.running)
             self.stats.waiting = len(self.scheduler.waiting)
-            self.stats.slots_busy = self.scheduler.slots.n_busy
+            self.stats.slots_busy = slots.n_busy
+            self.stats.kv_tokens_used = self.scheduler.kv_tokens_used
+            self.stats.prefix_lookups = slots.lookups
+            self.stats.prefix_hits = slots.hits
+            self.stats.prefix_evicted_blocks = slots.evictions
+            self.stats.prefix_cached_blocks = slots.cached_blocks
 
+
+def _deliver(live: _Live, out: RequestOutput) -> None:
+    """Hand an output to its sink; a failing sink loses its own output, never the engine."""
+    try:
+        live.sink(out)
+    except Exception:
+        log.exception("the sink of %s failed", out.request_id)

@@ -1,31 +1,44 @@
-"""Slot table and prefix cache: which slot holds which prompt blocks, and what a new prompt can reuse.
+"""Slot table and prefix cache: which slot holds which token blocks, and what a new prompt can reuse.
 
-Prompts are cut into fixed blocks of `block_size` token ids at absolute positions 0, B, 2B, ...; each full
-block is addressed by a hash chain (a block's key covers every token before it). A slot remembers the keys of
-the prompt blocks it has *prefilled*; decoded tokens are never reusable, because a token computed by a
-one-token decode step is not bit-identical to the same token computed inside a prefill block, and reuse must
-never change a request's output (see docs/engine.md).
+A slot is one sequence's KV stream (see backends/base.py). Token ids are cut into fixed blocks of
+`block_size` at absolute positions 0, B, 2B, ...; each full block is addressed by a hash chain (a block's
+key covers every token before it, so equal keys mean equal prefixes). A slot remembers the keys of the
+blocks its KV holds: prompt blocks as they are prefilled, and blocks of generated tokens as they are
+decoded (a multi-turn chat's next prompt repeats the previous answer, so those blocks are worth keeping).
+This is sound only because the runner computes a token's KV bit-identically however the tokens were
+chunked into steps (measured for llama.cpp in docs/engine.md); reuse never changes a request's output.
 
-A free slot keeps its KV as cache until it is needed; eviction takes the least recently used free slot,
-empty ones first. Reuse is whole blocks only, and always leaves at least the last prompt token to compute,
-since its logits give the first generated token.
+A request takes a slot: the free slot holding its longest cached prefix (reused in place, tail truncated),
+or else a free slot into which the best busy slot's stream is copied and truncated, or else an empty slot,
+or else the least recently used free slot (its cache is evicted). Reuse is whole blocks only and always
+leaves at least the last prompt token to compute, since its logits give the first generated token.
+
+Keys are BLAKE2b digests, not Python's `hash`: a crafted collision would hand one tenant another
+tenant's KV.
 """
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-BlockKey = int
+BlockKey = bytes
 
 
-def block_keys(token_ids: Sequence[int], block_size: int) -> list[BlockKey]:
-    """Hash-chain keys of every full block of `token_ids`."""
+def _chain(prev: BlockKey, block: Sequence[int]) -> BlockKey:
+    return hashlib.blake2b(prev + array("q", block).tobytes(), digest_size=16).digest()
+
+
+def block_keys(
+    token_ids: Sequence[int], block_size: int, *, prev: BlockKey = b"", start: int = 0
+) -> list[BlockKey]:
+    """Hash-chain keys of the full blocks of `token_ids`, from block `start` on (`prev`: the key before)."""
     keys: list[BlockKey] = []
-    prev: BlockKey = 0
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        prev = hash((prev, tuple(token_ids[start : start + block_size])))
+    for begin in range(start * block_size, len(token_ids) - block_size + 1, block_size):
+        prev = _chain(prev, token_ids[begin : begin + block_size])
         keys.append(prev)
     return keys
 
@@ -42,8 +55,8 @@ class KvOp:
 @dataclass(slots=True)
 class _Slot:
     busy: bool = False
-    keys: list[BlockKey] = field(default_factory=list)
-    last_used: int = 0
+    keys: list[BlockKey] = field(default_factory=list)  # blocks 0..len-1 of the slot's KV, all computed
+    last_used: int = 0  # tick of the last release (LRU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +68,19 @@ class Acquired:
 
 class SlotTable:
     def __init__(self, n_slots: int, block_size: int) -> None:
+        if n_slots < 1 or block_size < 1:
+            raise ValueError("need at least one slot and a positive block size")
         self.block_size = block_size
         self._slots = [_Slot() for _ in range(n_slots)]
         self._tick = 0
+        self.lookups = 0  # acquisitions
         self.hits = 0  # acquisitions that reused at least one block
-        self.reused_tokens = 0
+        self.reused_tokens = 0  # prompt tokens not recomputed thanks to the cache
+        self.evictions = 0  # cached blocks dropped to make room
+
+    @property
+    def n_slots(self) -> int:
+        return len(self._slots)
 
     @property
     def n_busy(self) -> int:
@@ -71,41 +92,64 @@ class SlotTable:
 
     @property
     def cached_blocks(self) -> int:
+        """Blocks held by free slots, available for reuse."""
         return sum(len(s.keys) for s in self._slots if not s.busy)
 
+    def is_busy(self, slot: int) -> bool:
+        return self._slots[slot].busy
+
+    def keys(self, slot: int) -> tuple[BlockKey, ...]:
+        return tuple(self._slots[slot].keys)
+
+    def n_blocks(self, slot: int) -> int:
+        """Blocks the slot's KV is known to hold."""
+        return len(self._slots[slot].keys)
+
     def acquire(self, prompt_ids: Sequence[int]) -> Acquired | None:
-        """Take a slot for a new prompt, reusing the longest cached whole-block prefix. None if none is free."""
+        """Take a slot for a new prompt, reusing its longest cached whole-block prefix; None if all busy."""
         free = [i for i, s in enumerate(self._slots) if not s.busy]
         if not free:
             return None
+        self.lookups += 1
         wanted = block_keys(prompt_ids[: max(len(prompt_ids) - 1, 0)], self.block_size)
         best_slot, best_n = -1, 0
         for i, s in enumerate(self._slots):
             n = _common_prefix(s.keys, wanted)
+            # a free slot wins a tie: it is reused in place, no copy
             if n > best_n or (n == best_n and n > 0 and not s.busy and self._slots[best_slot].busy):
                 best_slot, best_n = i, n
-        reuse = best_n * self.block_size
         ops: tuple[KvOp, ...]
         if best_n and not self._slots[best_slot].busy:
             dst = best_slot
-            ops = (KvOp("truncate", dst, reuse),)
+            if len(self._slots[dst].keys) > best_n:
+                self.evictions += len(self._slots[dst].keys) - best_n
+            ops = (KvOp("truncate", dst, best_n * self.block_size),)
         else:
-            dst = min(free, key=lambda i: (len(self._slots[i].keys) > 0, self._slots[i].last_used))
-            ops = (KvOp("copy", dst, best_slot), KvOp("truncate", dst, reuse)) if best_n else (KvOp("clear", dst),)
+            # empty slots first (lowest id keeps the busy slots packed), then the least recently used
+            dst = min(free, key=lambda i: (len(self._slots[i].keys) > 0, self._slots[i].last_used, i))
+            self.evictions += len(self._slots[dst].keys)
+            if best_n:
+                ops = (KvOp("copy", dst, best_slot), KvOp("truncate", dst, best_n * self.block_size))
+            else:
+                ops = (KvOp("clear", dst),)
         slot = self._slots[dst]
         slot.busy = True
         slot.keys = wanted[:best_n]
         if best_n:
             self.hits += 1
-            self.reused_tokens += reuse
-        return Acquired(dst, reuse, ops)
+            self.reused_tokens += best_n * self.block_size
+        return Acquired(dst, best_n * self.block_size, ops)
 
-    def record_prefill(self, slot: int, prompt_ids: Sequence[int], n_prefilled: int) -> None:
-        """Make the slot's prefilled whole prompt blocks reusable."""
-        n_blocks = n_prefilled // self.block_size
+    def record(self, slot: int, token_ids: Sequence[int], n_computed: int) -> None:
+        """The slot's KV now holds `token_ids[:n_computed]`: make its newly completed blocks reusable."""
         s = self._slots[slot]
-        if n_blocks > len(s.keys):
-            s.keys = block_keys(prompt_ids[: n_blocks * self.block_size], self.block_size)
+        if (len(s.keys) + 1) * self.block_size > n_computed:
+            return
+        have = len(s.keys)
+        upto = (n_computed // self.block_size) * self.block_size
+        s.keys.extend(
+            block_keys(token_ids[:upto], self.block_size, prev=s.keys[-1] if s.keys else b"", start=have)
+        )
 
     def release(self, slot: int, *, keep_cache: bool = True) -> None:
         s = self._slots[slot]

@@ -1,13 +1,17 @@
 """Continuous-batching scheduler. Pure Python: no model, no threads, no clock of its own.
 
-Each step carries every decoding sequence's next token, then prompt chunks of prefilling sequences, then
-admits waiting requests while the step's token budget and free slots allow. Prompt chunks end on absolute
-block boundaries (multiples of `block_size`), so a prompt is always computed in the same pieces whatever else
-runs and whatever the prefix cache reused: that is what keeps outputs identical under batching and caching.
+Each step carries every decoding sequence's next token, then prompt chunks of prefilling sequences (oldest
+first), then admits waiting requests while the step's token budget and free slots allow. A long prompt is
+prefilled over several steps, so running streams keep getting a token every step (chunked prefill).
 
-Waiting order (documented in docs/engine.md): interactive before batch (a batch request that has waited
-longer than `batch_aging_s` counts as interactive); within a class, the tenant with the fewest running
-sequences first; then arrival order.
+Chunk sizes follow the budget, not fixed boundaries: the runner computes a token's logits and KV
+bit-identically however a prompt is chunked and whatever else shares the step (measured for llama.cpp in
+docs/engine.md), so chunking never changes an output. The prefix cache still works in whole blocks of
+`block_size` tokens, because that is its addressing unit.
+
+Waiting order (docs/engine.md): interactive before batch (a batch request that has waited longer than
+`batch_aging_s` counts as interactive); within a class, the tenant with the fewest running sequences
+first; then arrival order.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from sluicegate.engine.types import EngineRequest, FinishReason, Priority
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    block_size: int = 64  # prefill chunk boundary and prefix-cache block, in tokens
-    max_batch_tokens: int = 512  # tokens one step may carry (decode tokens + prompt chunks)
+    block_size: int = 64  # prefix-cache block, in tokens: the unit of reuse (chunking does not depend on it)
+    max_batch_tokens: int = 512  # tokens one step may carry (decode tokens + prompt chunks); bounds step time
+    min_prefill_chunk: int = 16  # a prompt chunk shorter than this (unless it ends the prompt) waits a step
     max_waiting: int = 256  # requests allowed to wait for a slot; beyond it: 503 overloaded
     max_waiting_tokens: int = 1 << 20  # prompt tokens allowed to wait; beyond it: 503 overloaded
     batch_aging_s: float = 30.0  # a batch request waiting this long is scheduled as interactive
@@ -92,8 +97,8 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, n_slots: int, eos_ids: frozenset[int]) -> None:
-        if config.max_batch_tokens < config.block_size:
-            raise ValueError("max_batch_tokens must hold at least one block")
+        if config.max_batch_tokens < max(n_slots, config.min_prefill_chunk, 1):
+            raise ValueError("max_batch_tokens must hold one token per slot and one minimal prompt chunk")
         self.config = config
         self.slots = SlotTable(n_slots, config.block_size)
         self.eos_ids = eos_ids
@@ -102,11 +107,18 @@ class Scheduler:
         self.waiting_tokens = 0
 
     # -- admission ---------------------------------------------------------------------------------------
-    def has_room(self, n_prompt_tokens: int) -> bool:
+    def has_room(self, n_prompt_tokens: int, *, extra_requests: int = 0, extra_tokens: int = 0) -> bool:
+        """Whether one more request of `n_prompt_tokens` fits the waiting queue's bounds (plus `extra_*`
+        not yet added, e.g. the engine's inbox)."""
         c = self.config
-        return len(self.waiting) < c.max_waiting and self.waiting_tokens + n_prompt_tokens <= c.max_waiting_tokens
+        return (
+            len(self.waiting) + extra_requests < c.max_waiting
+            and self.waiting_tokens + extra_tokens + n_prompt_tokens <= c.max_waiting_tokens
+        )
 
     def add(self, seq: Seq) -> None:
+        if not seq.request.prompt_ids:
+            raise ValueError("a request needs at least one prompt token")
         self.waiting.append(seq)
         self.waiting_tokens += seq.prompt_len
 
@@ -114,8 +126,14 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    @property
+    def kv_tokens_used(self) -> int:
+        """Positions held by running sequences' KV."""
+        return sum(s.num_computed for s in self.running)
+
     def find(self, request_id: str) -> Seq | None:
-        return next((s for s in itertools.chain(self.running, self.waiting) if s.request.request_id == request_id), None)
+        seqs = itertools.chain(self.running, self.waiting)
+        return next((s for s in seqs if s.request.request_id == request_id), None)
 
     # -- the step ----------------------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -125,14 +143,16 @@ class Scheduler:
             out.expired.append(seq)
         budget = self.config.max_batch_tokens
         for seq in self.running:
-            if not seq.in_prefill and budget > 0:
+            if not seq.in_prefill:
                 out.chunks.append(Chunk(seq, seq.pending_ids(), seq.num_computed, True))
                 budget -= 1
         for seq in self.running:
             if seq.in_prefill:
                 budget -= self._add_prefill_chunk(seq, budget, out)
-        while self.waiting and budget >= min(self.config.block_size, self._next_waiting(now).prompt_len):
+        while self.waiting and budget > 0:
             seq = self._next_waiting(now)
+            if budget < min(self.config.min_prefill_chunk, seq.prompt_len):
+                break
             acquired = self.slots.acquire(seq.request.prompt_ids)
             if acquired is None:
                 break
@@ -147,13 +167,12 @@ class Scheduler:
         return out
 
     def _add_prefill_chunk(self, seq: Seq, budget: int, out: SchedulerOutput) -> int:
-        bs = self.config.block_size
-        end = min(seq.prompt_len, (seq.num_computed // bs + 1) * bs)
-        n = end - seq.num_computed
-        if n <= 0 or n > budget:
+        remaining = seq.prompt_len - seq.num_computed
+        n = min(remaining, budget)
+        if n <= 0 or n < min(remaining, self.config.min_prefill_chunk):
             return 0
-        ids = seq.request.prompt_ids[seq.num_computed : end]
-        out.chunks.append(Chunk(seq, ids, seq.num_computed, end == seq.prompt_len))
+        ids = seq.request.prompt_ids[seq.num_computed : seq.num_computed + n]
+        out.chunks.append(Chunk(seq, ids, seq.num_computed, n == remaining))
         return n
 
     def _next_waiting(self, now: float) -> Seq:
@@ -181,9 +200,7 @@ class Scheduler:
             if seq.status is not SeqStatus.RUNNING:
                 continue
             seq.num_computed += len(chunk.token_ids)
-            if seq.in_prefill or seq.num_computed == seq.prompt_len:
-                assert seq.slot is not None
-                self.slots.record_prefill(seq.slot, seq.request.prompt_ids, seq.num_computed)
+            self._record_blocks(seq)
             if token is None:
                 continue
             seq.output_ids.append(token)
@@ -195,6 +212,15 @@ class Scheduler:
             elif len(seq.output_ids) >= seq.request.params.max_new_tokens:
                 self.finish(seq, FinishReason.LENGTH, now)
         return results
+
+    def _record_blocks(self, seq: Seq) -> None:
+        """Publish the slot's newly completed blocks (prompt or generated) to the prefix cache."""
+        assert seq.slot is not None
+        if seq.num_computed < (self.slots.n_blocks(seq.slot) + 1) * self.config.block_size:
+            return
+        ids = seq.request.prompt_ids
+        tokens = ids if seq.num_computed <= len(ids) else [*ids, *seq.output_ids]
+        self.slots.record(seq.slot, tokens, seq.num_computed)
 
     def finish(self, seq: Seq, reason: FinishReason, now: float) -> None:
         """Take the sequence out of the queues and free its slot at once."""

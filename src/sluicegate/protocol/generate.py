@@ -24,12 +24,12 @@ class GenerateRequest(StrictModel):
 
     def to_sampling_params(self) -> SamplingParams:
         return SamplingParams(
-            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-            seed=self.seed, stop=tuple(self.stop or ()),
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k,
+            top_p=self.top_p, seed=self.seed, stop=tuple(self.stop or ()),
         )
 
-    def warnings(self) -> list[str]:
-        """Harmless-but-ineffective combinations: accepted, and said so."""
+    def warnings(self, *, n_vocab: int | None = None) -> list[str]:
+        """Harmless-but-ineffective combinations: accepted, and said so (never silently)."""
         out: list[str] = []
         if self.temperature == 0.0:
             for name, off in (("top_k", 0), ("top_p", 1.0)):
@@ -37,6 +37,8 @@ class GenerateRequest(StrictModel):
                     out.append(f"{name} has no effect at temperature 0 (greedy decoding)")
             if self.seed is not None:
                 out.append("seed has no effect at temperature 0 (greedy decoding)")
+        elif n_vocab is not None and self.top_k >= n_vocab:
+            out.append(f"top_k has no effect: it is at least the vocabulary size ({n_vocab})")
         return out
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
+from typing import Literal, cast
 
 from sluicegate.engine import EngineOverloaded, EngineRequest, EngineStopped, FinishReason, RequestOutput
 from sluicegate.protocol.common import ModelInfo, PromptTokensDetails, StageTiming, Usage
 from sluicegate.protocol.generate import GenerateRequest, GenerateResponse
-from sluicegate.serving.budget import check_budget
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
@@ -24,28 +24,34 @@ def engine_error(exc: Exception) -> ApiError:
 
 async def prepare(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -> EngineRequest:
     model.resolve(req.model)
+    budget = model.token_budget
     t = time.perf_counter()
-    check_text(req.prompt, "prompt")
+    budget.check_prompt_bytes(check_text(req.prompt, "prompt"))  # a huge prompt is refused untokenised
     ids = await model.tokenize(req.prompt)
     t = ctx.stage("tokenize", t)
-    check_budget(len(ids), req.max_new_tokens, n_ctx=model.limits.n_ctx)
-    return EngineRequest(ctx.request_id, ids, req.to_sampling_params(), arrival=ctx.arrival, tenant=ctx.tenant)
+    budget.check(len(ids), req.max_new_tokens)
+    params = req.to_sampling_params()
+    return EngineRequest(ctx.request_id, ids, params, arrival=ctx.arrival, tenant=ctx.tenant)
 
 
-def shape(model: ServedModel, req: GenerateRequest, out: RequestOutput, ctx: RequestContext) -> GenerateResponse:
-    if out.finish_reason is FinishReason.ERROR or out.timing is None:
+def shape(
+    model: ServedModel, req: GenerateRequest, out: RequestOutput, ctx: RequestContext,
+) -> GenerateResponse:
+    if out.finish_reason is None or out.finish_reason is FinishReason.ERROR or out.timing is None:
         raise RuntimeError(out.error or "the engine returned no result")
+    finish = cast(Literal["length", "stop", "eos", "cancelled"], out.finish_reason.value)
     ident = model.identity
     return GenerateResponse(
-        id=ctx.request_id, created=ctx.created, model=ModelInfo(name=ident.name, version=ident.version, digest=ident.digest),
-        text=out.text, token_ids=out.new_token_ids, finish_reason=out.finish_reason.value,
+        id=ctx.request_id, created=ctx.created,
+        model=ModelInfo(name=ident.name, version=ident.version, digest=ident.digest),
+        text=out.text, token_ids=out.new_token_ids, finish_reason=finish,
         seed=None if req.temperature == 0.0 else out.seed,
         usage=Usage(
             prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
             total_tokens=out.prompt_tokens + out.completion_tokens,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=out.cached_tokens),
         ),
-        warnings=req.warnings(),
+        warnings=req.warnings(n_vocab=model.limits.n_vocab),
         timing=StageTiming(
             queue_ms=out.timing.queue_ms, prefill_ms=out.timing.prefill_ms, decode_ms=out.timing.decode_ms,
             total_ms=out.timing.total_ms,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from sluicegate.backends.base import ModelIdentity, ModelRunner, RunnerLimits
 from sluicegate.engine import AsyncEngine
+from sluicegate.serving.budget import Budget
 from sluicegate.serving.errors import ApiError
 
 _LARGE_TEXT = 16_384  # characters; longer texts are tokenised off the event loop
@@ -16,6 +17,16 @@ _LARGE_TEXT = 16_384  # characters; longer texts are tokenised off the event loo
 class ServedModel:
     runner: ModelRunner
     engine: AsyncEngine
+    budget: Budget | None = None  # None: the runner's window and default limits (computed here)
+
+    def __post_init__(self) -> None:
+        if self.budget is None:
+            self.budget = Budget.for_runner(self.runner)
+
+    @property
+    def token_budget(self) -> Budget:
+        assert self.budget is not None
+        return self.budget
 
     @property
     def identity(self) -> ModelIdentity:
@@ -31,7 +42,8 @@ class ServedModel:
         if requested is None or requested in (ident.name, ident.ref):
             return ident
         raise ApiError(
-            "model_not_found", f"no such model; this server serves {ident.ref}", param=param, code="model_not_found",
+            "model_not_found", f"no such model; this server serves {ident.ref}", param=param,
+            code="model_not_found",
         )
 
     async def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -42,11 +54,15 @@ class ServedModel:
         return self.runner.tokenize(text, add_special=add_special, parse_special=parse_special)
 
 
-def check_text(text: str, param: str) -> None:
-    """Refuse text that is not valid Unicode (a lone surrogate from a JSON escape), naming the parameter."""
+def check_text(text: str, param: str) -> int:
+    """Refuse text that is not valid Unicode (a lone surrogate from a JSON escape), naming the parameter.
+
+    Returns the text's length in UTF-8 bytes.
+    """
     try:
-        text.encode("utf-8")
+        return len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise ApiError(
-            "invalid_request", f"{param} contains an unpaired UTF-16 surrogate", param=param, code="invalid_string",
+            "invalid_request", f"{param} contains an unpaired UTF-16 surrogate", param=param,
+            code="invalid_string",
         ) from None

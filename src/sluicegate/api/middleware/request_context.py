@@ -55,9 +55,8 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 total = (time.perf_counter() - start) * 1e3
-                timing = ", ".join(
-                    [f"{name};dur={ms:.2f}" for name, ms in ctx.stages_ms.items()] + [f"total;dur={total:.2f}"]
-                )
+                stages = [f"{name};dur={ms:.3f}" for name, ms in ctx.stages_ms.items()]
+                timing = ", ".join([*stages, f"total;dur={total:.3f}"])
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                 headers += [(b"x-request-id", request_id.encode()), (b"server-timing", timing.encode())]
                 message = {**message, "headers": headers}

@@ -9,9 +9,10 @@ from fastapi import Request, Response
 from pydantic import BaseModel
 
 from sluicegate.api.envelope import envelope
-from sluicegate.api.jsonbody import parse_model
+from sluicegate.api.jsonbody import parse_json, validate
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.state import app_state
+from sluicegate.api.validation import plain_name
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import STATUS, ApiError
 from sluicegate.serving.models import ServedModel
@@ -20,20 +21,37 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def require_json(request: Request) -> None:
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype != "application/json":
+    ctype, _, params = request.headers.get("content-type", "").partition(";")
+    if ctype.strip().lower() != "application/json":
         raise ApiError("unsupported_media_type", "the body must be sent as Content-Type: application/json",
                        code="wrong_content_type")
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            raise ApiError("unsupported_media_type", "the body must be UTF-8 (charset=utf-8, or no charset)",
+                           code="wrong_charset")
+
+
+def refuse_query(request: Request) -> None:
+    """JSON routes take every parameter in the body: one in the query string must not be silently ignored."""
+    if request.scope.get("query_string"):
+        name = next(iter(request.query_params.keys()), "")
+        raise ApiError("invalid_request", "this route takes its parameters in the JSON body, not the query "
+                       "string", param=plain_name(name) if name else None, code="unknown_field")
 
 
 async def read_request(request: Request, model: type[M]) -> tuple[M, RequestContext, ServedModel]:
     """Content type, body, schema, then readiness: a client learns of its own mistakes even while loading."""
     ctx = context_of(request.scope)
     require_json(request)
+    refuse_query(request)
     t = time.perf_counter()
     raw = await request.body()
-    parsed = parse_model(raw, model)
-    ctx.stage("parse", t)
+    t = ctx.stage("read", t)
+    data = parse_json(raw)
+    t = ctx.stage("parse", t)
+    parsed = validate(data, model)
+    ctx.stage("validate", t)
     return parsed, ctx, app_state(request).served()
 
 

@@ -1,0 +1,261 @@
+"""Throughput and latency under concurrency, side by side with llama.cpp's own llama-server.
+
+    flock /tmp/sluicegate-bench.lock .venv/bin/python bench/concurrency.py            # the full run
+    ... bench/concurrency.py --levels 1,16 --max-tokens 64                            # a quicker one
+
+Both servers get the same GGUF, 2 threads, one slot per concurrent client (llama-server `-np N`), 1,024
+positions per slot, and the same requests: streaming `POST /v1/completions` with one JSON body shape
+(greedy; end-of-text banned by logit_bias, so every request generates exactly `--max-tokens` tokens).
+Closed loop: N clients, each sending its next request as soon as the previous one ends, for
+max(3N, 12) requests per level. Measured on the client, per request: TTFT = send -> first streamed token;
+latency = send -> end of stream. Throughput = generated tokens / wall time of the level. Each prompt starts
+with its own request number, so no prompt shares a prefix with another (neither server's cache helps).
+
+Then the shared-system-prompt workload (`--shared-level` clients): a ~400-token system prompt + a distinct
+question, run with the system prompt shared and with it made unique per request (same length), on our
+server (prefix cache) and on llama-server (its per-slot prompt cache).
+Results print as the markdown tables in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import free_port, wait_ready
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER = ROOT / ".peer" / "venv" / "bin"
+CTX_PER_SLOT = 1024
+BANNED_EOS = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>
+
+TOPICS = [
+    "the history of lighthouses and the people who kept them",
+    "how bread rises, from yeast to oven",
+    "why the sky is blue during the day and red at sunset",
+    "the rules of chess for a complete beginner",
+    "how a bicycle stays upright while moving",
+    "the water cycle explained for children",
+    "what makes a good cup of coffee",
+    "the migration of birds across continents",
+]
+FILLER = (
+    "Please be concrete, use short sentences, and give one example. Avoid lists unless they help. "
+    "Assume the reader is curious but has no background in the subject. "
+)
+SYSTEM = (
+    "You are a patient tutor for adult learners. You explain one idea at a time, check the reader's "
+    "understanding with a short question, and never use jargon without defining it first. When a question "
+    "is ambiguous you say how you read it. You prefer examples from everyday life: kitchens, streets, "
+    "gardens, buses and markets. You keep answers under two hundred words and end with one suggestion for "
+    "what to read or try next. "
+) * 4
+
+
+def prompt(i: int) -> str:
+    """Distinct from the first token; 40 to 200 tokens."""
+    return f"Request {i}. Write about {TOPICS[i % len(TOPICS)]}. " + FILLER * (1 + i % 5)
+
+
+@dataclass
+class Level:
+    server: str
+    clients: int
+    ttft: list[float] = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)
+    tokens: int = 0
+    wall: float = 0.0
+    errors: int = 0
+
+    @property
+    def tps(self) -> float:
+        return self.tokens / self.wall if self.wall else 0.0
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))] if s else float("nan")
+
+
+async def one(c: httpx.AsyncClient, body: dict[str, object], level: Level) -> None:
+    t0 = time.perf_counter()
+    first: float | None = None
+    chunks, usage = 0, None
+    async with c.stream("POST", "/v1/completions", json=body) as r:
+        if r.status_code != 200:
+            level.errors += 1
+            await r.aread()
+            return
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            data = json.loads(line[6:])
+            if data.get("usage"):
+                usage = data["usage"]
+            choices = data.get("choices") or []
+            if choices and choices[0].get("text"):
+                chunks += 1
+                if first is None:
+                    first = time.perf_counter()
+    end = time.perf_counter()
+    level.ttft.append(((first or end) - t0) * 1e3)
+    level.latency.append((end - t0) * 1e3)
+    level.tokens += int(usage["completion_tokens"]) if usage else chunks
+
+
+async def closed_loop(url: str, model: str, level: Level, bodies: list[dict[str, object]]) -> None:
+    queue: asyncio.Queue[dict[str, object]] = asyncio.Queue()
+    for b in bodies:
+        queue.put_nowait({**b, "model": model})
+
+    async def client(c: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            await one(c, queue.get_nowait(), level)
+
+    limits = httpx.Limits(max_connections=level.clients + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
+        await one(c, {**bodies[0], "model": model, "max_tokens": 4}, Level("warmup", 1))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(c) for _ in range(level.clients)))
+        level.wall = time.perf_counter() - t0
+
+
+def body(p: str, max_tokens: int) -> dict[str, object]:
+    return {
+        "prompt": p, "max_tokens": max_tokens, "temperature": 0.0, "logit_bias": BANNED_EOS, "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+@contextlib.contextmanager
+def ours(slots: int, log: Path) -> Iterator[str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "sluicegate", "serve", "--port", str(port), "--slots", str(slots),
+           "--threads", "2", "--ctx", str(CTX_PER_SLOT), "--log-level", "warning"]
+    with _serve(cmd, port, "/readyz", log) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def peer(slots: int, log: Path) -> Iterator[str]:
+    from sluicegate.backends.llama_cpp import default_model_path
+
+    port = free_port()
+    exe = os.environ.get("LLAMA_SERVER", str(PEER / "llama-cpp-server"))
+    cmd = [exe, "-m", str(default_model_path()), "--host", "127.0.0.1", "--port", str(port),
+           "--ctx-size", str(CTX_PER_SLOT * slots), "--", "-np", str(slots), "-t", "2", "--no-repack"]
+    with _serve(cmd, port, "/health", log) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serve(cmd: list[str], port: int, ready: str, log: Path) -> Iterator[str]:
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, ready, proc, timeout=300)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def model_of(url: str) -> str:
+    with contextlib.suppress(Exception):
+        return str(httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"])
+    return "default"
+
+
+def cached_tokens(url: str) -> float:
+    """Our server's prompt tokens reused from the prefix cache so far (/metrics)."""
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("sluicegate_cached_tokens"):
+            return float(line.rpartition(" ")[2])
+    return 0.0
+
+
+def run_level(kind: str, n: int, bodies: list[dict[str, object]], log: Path) -> Level:
+    level = Level(kind, n)
+    with (ours if kind == "sluicegate" else peer)(n, log) as url:
+        asyncio.run(closed_loop(url, model_of(url), level, bodies))
+    return level
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--levels", default="1,4,8,16,32")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--shared-level", type=int, default=8)
+    ap.add_argument("--skip-shared", action="store_true")
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+    ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    rows: list[Level] = []
+    for n in levels:
+        bodies = [body(prompt(i), args.max_tokens) for i in range(max(3 * n, 12))]
+        for kind in ("sluicegate", "llama-server"):
+            lv = run_level(kind, n, bodies, args.log)
+            rows.append(lv)
+            print(f"{kind} x{n}: {lv.tps:.1f} tok/s, TTFT p50 {pct(lv.ttft, .5):.0f} ms p95 "
+                  f"{pct(lv.ttft, .95):.0f} ms, latency p50 {pct(lv.latency, .5):.0f} ms, errors {lv.errors}",
+                  flush=True)
+    print("\n| clients | server | tokens/s | TTFT p50 ms | TTFT p95 ms | latency p50 ms | latency p95 ms "
+          "| ratio |\n|---|---|---|---|---|---|---|---|")
+    by = {(r.server, r.clients): r for r in rows}
+    for n in levels:
+        base = by[("llama-server", n)].tps
+        for kind in ("sluicegate", "llama-server"):
+            r = by[(kind, n)]
+            ratio = f"{r.tps / base:.2f}x" if kind == "sluicegate" and base else ""
+            print(f"| {n} | {kind} | {r.tps:.1f} | {pct(r.ttft, .5):.0f} | {pct(r.ttft, .95):.0f} | "
+                  f"{pct(r.latency, .5):.0f} | {pct(r.latency, .95):.0f} | {ratio} |")
+    shared_rows: list[tuple[str, Level, float]] = []
+    if not args.skip_shared:
+        n = args.shared_level
+        qs = [f"Question {i}: tell me about {TOPICS[i % len(TOPICS)]}." for i in range(4 * n)]
+        shared = [body(SYSTEM + q, args.max_tokens // 2) for q in qs]
+        unique = [body(f"Session {i}. " + SYSTEM + q, args.max_tokens // 2) for i, q in enumerate(qs)]
+        for kind, label, bodies in (("sluicegate", "shared", shared), ("sluicegate", "unique", unique),
+                                    ("llama-server", "shared", shared), ("llama-server", "unique", unique)):
+            lv = Level(kind, n)
+            with (ours if kind == "sluicegate" else peer)(n, args.log) as url:
+                before = cached_tokens(url) if kind == "sluicegate" else 0.0
+                asyncio.run(closed_loop(url, model_of(url), lv, bodies))
+                after = cached_tokens(url) if kind == "sluicegate" else 0.0
+            shared_rows.append((label, lv, after - before))
+            print(f"{kind} {label}: {lv.tps:.1f} tok/s, TTFT p50 {pct(lv.ttft, .5):.0f} ms, "
+                  f"cached tokens {after - before:.0f}", flush=True)
+        print("\n| system prompt | server | tokens/s | TTFT p50 ms | TTFT p95 ms | latency p50 ms | "
+              "prompt tokens reused |\n|---|---|---|---|---|---|---|")
+        for label, lv, cached in shared_rows:
+            reused = f"{cached:.0f}" if lv.server == "sluicegate" else "n/a"
+            print(f"| {label} | {lv.server} | {lv.tps:.1f} | {pct(lv.ttft, .5):.0f} | "
+                  f"{pct(lv.ttft, .95):.0f} | {pct(lv.latency, .5):.0f} | {reused} |")
+    if args.json:
+        raw = {
+            "levels": [vars(r) for r in rows],
+            "shared": [{"label": label, **vars(lv), "cached": c} for label, lv, c in shared_rows],
+        }
+        args.json.write_text(json.dumps(raw, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Does llama.cpp compute a token the same way whatever the chunking and the company? Bit for bit.
+
+    .venv/bin/python bench/determinism.py                 # the runner as the server uses it
+    .venv/bin/python bench/determinism.py --flash-attn    # the same checks with flash attention on
+
+Each check compares float32 logits with `np.array_equal` (no tolerance):
+  chunking   a 900-token prompt prefilled in random chunk sizes vs. in 64-token blocks
+  company    a sequence decoding alone vs. next to neighbouring slots (shorter and longer contexts)
+  shared     a prompt chunk in the same llama_decode as neighbours' decode tokens (llama.cpp then splits
+             the chunk into micro-batches) vs. alone
+  decoded    logits after tokens fed one per step (decode) vs. the same tokens prefilled as a prompt
+             (what makes generated tokens reusable by the prefix cache)
+and then times a 512-token prefill and a 16-sequence decode step. docs/engine.md quotes the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import numpy as np
+
+from sluicegate.backends.base import BatchItem
+from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flash-attn", action="store_true", help="turn flash attention on (the default is off)")
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    r = LlamaCppRunner(default_model_path(), n_ctx=2048, n_slots=8, n_batch=512, n_threads=args.threads,
+                       flash_attn=args.flash_attn)
+    rng = np.random.default_rng(7)
+    prompt = [int(t) for t in rng.integers(100, 40_000, size=900)]
+    other = [int(t) for t in rng.integers(100, 40_000, size=1800)]
+    results: list[tuple[str, int, int, float]] = []
+
+    def fill(slot: int, ids: list[int], start: int = 0) -> None:
+        pos = start
+        while pos < len(ids):
+            end = min(len(ids), pos + 512)
+            r.execute([BatchItem(slot, ids[pos:end], pos, False)])
+            pos = end
+
+    def prefill(slot: int, ids: list[int], bounds: list[int]) -> np.ndarray:
+        r.clear(slot)
+        out = np.empty(0, np.float32)
+        for a, b in itertools.pairwise(bounds):
+            out = r.execute([BatchItem(slot, ids[a:b], a, True)])[0].copy()
+        return out
+
+    def blocks(n: int, size: int = 64) -> list[int]:
+        return [*range(0, n, size), n]
+
+    # chunking --------------------------------------------------------------------------------------------
+    base = prefill(0, prompt, blocks(len(prompt)))
+    same, worst = 0, 0.0
+    cases = 12
+    for _ in range(cases):
+        bounds = [0]
+        while bounds[-1] < len(prompt):
+            bounds.append(min(len(prompt), bounds[-1] + int(rng.choice([1, 7, 33, 64, 100, 250, 512]))))
+        got = prefill(0, prompt, bounds)
+        same += bool(np.array_equal(base, got))
+        worst = max(worst, float(np.max(np.abs(base - got))))
+    results.append(("chunking: random chunk sizes vs 64-token blocks", same, cases, worst))
+
+    # company ---------------------------------------------------------------------------------------------
+    def decode_with(neighbours: dict[int, int], steps: int = 6, at: int = 700) -> list[np.ndarray]:
+        prefill(0, prompt[:at], blocks(at, 512))
+        for slot, length in neighbours.items():
+            r.clear(slot)
+            fill(slot, other[:length])
+        pos = dict(neighbours)
+        tok, p, outs = prompt[at], at, []
+        for _ in range(steps):
+            items = [BatchItem(0, [tok], p, True)] + [BatchItem(s, [7], pos[s], True) for s in neighbours]
+            o = r.execute(items)
+            outs.append(o[0].copy())
+            tok, p = int(np.argmax(o[0])), p + 1
+            for s in neighbours:
+                pos[s] += 1
+        return outs
+
+    for at in (100, 300, 700):
+        alone = decode_with({}, at=at)
+        same, worst, n = 0, 0.0, 0
+        crowds = ({1: 50}, {1: 1500}, {1: 50, 2: 1500, 3: 200}, {3: 900}, dict.fromkeys(range(1, 8), 400))
+        for neighbours in crowds:
+            crowded = decode_with(neighbours, at=at)
+            for a, b in zip(alone, crowded, strict=True):
+                same += bool(np.array_equal(a, b))
+                worst = max(worst, float(np.max(np.abs(a - b))))
+                n += 1
+        results.append((f"company: decode at position {at}, alone vs with neighbours", same, n, worst))
+
+    # shared ----------------------------------------------------------------------------------------------
+    same, worst, n = 0, 0.0, 0
+    for start, end in ((0, 64), (512, 640), (640, 700), (832, 900)):
+        solo = prefill(0, prompt[:end], [*blocks(start, 512), end])
+        for neighbours in ({1: 30}, {1: 30, 2: 1500}):
+            r.clear(0)
+            if start:
+                prefill(0, prompt[:start], blocks(start, 512))
+            for slot, length in neighbours.items():
+                r.clear(slot)
+                fill(slot, other[:length])
+            items = [BatchItem(s, [7], length, True) for s, length in neighbours.items()]
+            got = r.execute([*items, BatchItem(0, prompt[start:end], start, True)])[-1]
+            same += bool(np.array_equal(solo, got))
+            worst = max(worst, float(np.max(np.abs(solo - got))))
+            n += 1
+    results.append(("shared: prompt chunk next to neighbours' decode tokens vs alone", same, n, worst))
+
+    # decoded ---------------------------------------------------------------------------------------------
+    at, steps = 400, 80
+    prefill(0, prompt[:at], blocks(at, 512))
+    seq, decoded = list(prompt[:at]), []
+    tok = prompt[at]
+    for _ in range(steps):
+        seq.append(tok)
+        o = r.execute([BatchItem(0, [tok], len(seq) - 1, True)])[0].copy()
+        decoded.append(o)
+        tok = int(np.argmax(o))
+    same, worst = 0, 0.0
+    checks = list(range(0, steps, 9))
+    for k in checks:
+        n_tokens = at + k + 1
+        got = prefill(1, seq[:n_tokens], blocks(n_tokens, 64))
+        same += bool(np.array_equal(decoded[k], got))
+        worst = max(worst, float(np.max(np.abs(decoded[k] - got))))
+    results.append(("decoded: tokens decoded one by one vs prefilled as a prompt", same, len(checks), worst))
+
+    mode = "flash attention ON" if args.flash_attn else "flash attention off (the server's setting)"
+    print(f"\n{mode}\n")
+    print("| check | bit-identical | max abs diff |\n|---|---|---|")
+    for name, ok, total, diff in results:
+        print(f"| {name} | {ok}/{total} | {diff:.3g} |")
+
+    # timing ----------------------------------------------------------------------------------------------
+    t0 = time.perf_counter()
+    for _ in range(3):
+        prefill(0, prompt[:512], [0, 512])
+    pf = 3 * 512 / (time.perf_counter() - t0)
+    for s in range(8):
+        r.clear(s)
+        fill(s, other[s * 100 : s * 100 + 600])
+    t0 = time.perf_counter()
+    for k in range(10):
+        r.execute([BatchItem(s, [7], 600 + k, True) for s in range(8)])
+    step = (time.perf_counter() - t0) / 10
+    print(f"\nprefill: {pf:.0f} tokens/s (512-token chunks); decode: {step * 1e3:.1f} ms per step of 8 "
+          f"sequences at ~600 positions ({8 / step:.0f} tokens/s)")
+    r.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The OpenAI-compatible surface: chat and text completions, and the model list.
+
+Thin: read and refuse (every field is either supported or refused by name), call the serving layer, render.
+Errors raised here render with OpenAI's statuses (api/openai_errors.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ValidationError
+
+from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
+from sluicegate.api.jsonbody import parse_json
+from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.openai_errors import openai_envelope, openai_error_response
+from sluicegate.api.routes.common import json_reply, refuse_query, require_json
+from sluicegate.api.sse import sse_response
+from sluicegate.api.state import app_state
+from sluicegate.api.validation import error_from_details
+from sluicegate.protocol import openai_chat, openai_completions
+from sluicegate.protocol.common import ErrorEnvelope
+from sluicegate.protocol.openai_chat import ChatCompletion, ChatCompletionRequest
+from sluicegate.protocol.openai_common import Refusal, clean_loc
+from sluicegate.protocol.openai_completions import Completion, CompletionRequest
+from sluicegate.protocol.openai_models import ModelList, OpenAIModel
+from sluicegate.serving import openai_chat as chat
+from sluicegate.serving import openai_completions as completions
+from sluicegate.serving.errors import ApiError
+
+router = APIRouter(tags=["openai"])
+M = TypeVar("M", bound=BaseModel)
+STARTED = int(time.time())
+
+
+def _validation_error(exc: ValidationError, data: Any) -> ApiError:
+    """The shared validation message, located by the client's JSON path (without union-member names).
+
+    A union reports one error per member at the same place; the member that took the input's type (and
+    failed a bound) explains the problem, so it is kept and the type mismatches of the others are dropped.
+    """
+    best: dict[tuple[int | str, ...], dict[str, Any]] = {}
+    for e in exc.errors(include_url=False):
+        loc = clean_loc(tuple(e["loc"]), data, missing=e["type"] == "missing")
+        mismatch = e["type"].endswith("_type")
+        if loc not in best or (best[loc]["type"].endswith("_type") and not mismatch):
+            best[loc] = {**e, "loc": loc}
+    return error_from_details(list(best.values()))
+
+
+async def read_openai(
+    request: Request,
+    model: type[M],
+    refuse: Callable[[Mapping[str, Any]], Refusal | None],
+) -> M:
+    require_json(request)
+    refuse_query(request)
+    t = time.perf_counter()
+    data = parse_json(await request.body())
+    if not isinstance(data, dict):
+        raise ApiError("invalid_request", "the body must be a JSON object", code="wrong_type")
+    refused = refuse(data)
+    if refused is not None:
+        raise ApiError("invalid_request", refused.message, param=refused.param, code=refused.code)
+    try:
+        parsed = model.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc, data) from None
+    context_of(request.scope).stage("parse", t)
+    return parsed
+
+
+def _errors() -> dict[int | str, dict[str, Any]]:
+    return {
+        status: {"model": ErrorEnvelope, "description": text}
+        for status, text in (
+            (400, "invalid_request_error (our kind in `code`)"),
+            (404, "model_not_found"),
+            (413, "body_too_large"),
+            (415, "unsupported_media_type"),
+            (500, "internal_error"),
+            (503, "overloaded, not_ready, shutting_down"),
+        )
+    }
+
+
+def _body(name: str) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+        }
+    }
+
+
+_STREAM_DOC = {
+    "200": {
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "description": "with stream: true, chunks as server-sent events, then `data: [DONE]`",
+    }
+}
+
+
+@router.post(
+    "/v1/chat/completions",
+    response_model=ChatCompletion,
+    summary="OpenAI-compatible chat completion",
+    openapi_extra={**_body("ChatCompletionRequest"), "responses": _STREAM_DOC},
+    responses=_errors(),
+)
+async def chat_completions(request: Request) -> Response:
+    ctx = context_of(request.scope)
+    try:
+        req = await read_openai(request, ChatCompletionRequest, openai_chat.chat_refusal)
+        model = app_state(request).served()
+        plan = await chat.prepare(model, req, ctx)
+        await plan.runs.start()
+    except ApiError as exc:
+        return openai_error_response(exc, ctx.request_id)
+    if req.stream:
+        return sse_response(
+            chat.stream(model, plan, ctx), request_id=ctx.request_id, render_error=openai_envelope
+        )
+    try:
+        result = await unless_disconnected(request.receive, chat.complete(model, plan, ctx))
+    except ClientDisconnected:
+        return Response(status_code=499)
+    except ApiError as exc:
+        return openai_error_response(exc, ctx.request_id)
+    return json_reply(result, ctx)
+
+
+@router.post(
+    "/v1/completions",
+    response_model=Completion,
+    summary="OpenAI-compatible text completion",
+    openapi_extra={**_body("CompletionRequest"), "responses": _STREAM_DOC},
+    responses=_errors(),
+)
+async def text_completions(request: Request) -> Response:
+    ctx = context_of(request.scope)
+    try:
+        req = await read_openai(request, CompletionRequest, openai_completions.completion_refusal)
+        model = app_state(request).served()
+        plan = await completions.prepare(model, req, ctx)
+        await plan.runs.start()
+    except ApiError as exc:
+        return openai_error_response(exc, ctx.request_id)
+    if req.stream:
+        return sse_response(
+            completions.stream(model, plan, ctx), request_id=ctx.request_id, render_error=openai_envelope
+        )
+    try:
+        result = await unless_disconnected(request.receive, completions.complete(model, plan, ctx))
+    except ClientDisconnected:
+        return Response(status_code=499)
+    except ApiError as exc:
+        return openai_error_response(exc, ctx.request_id)
+    return json_reply(result, ctx)
+
+
+def _model_object(request: Request, requested: str | None) -> OpenAIModel:
+    served = app_state(request).served()
+    ident = served.resolve(requested)
+    return OpenAIModel(id=ident.name, created=STARTED)
+
+
+@router.get(
+    "/v1/models", response_model=ModelList, summary="The served model, OpenAI-shaped", responses=_errors()
+)
+async def list_models(request: Request) -> Response:
+    ctx = context_of(request.scope)
+    try:
+        return json_reply(ModelList(data=[_model_object(request, None)]), ctx)
+    except ApiError as exc:
+        return openai_error_response(exc, ctx.request_id)
+
+
+@router.get(
+    "/v1/models/{model_id}",
+    response_model=OpenAIModel,
+    summary="One model, OpenAI-shaped",
+    responses=_errors(),
+)
+async def get_model(request: Request, model_id: str) -> Response:
+    ctx = context_of(request.scope)
+    try:
+        return json_reply(_model_object(request, model_id), ctx)
+    except ApiError as exc:
+        return openai_error_response(exc, ctx.request_id)

@@ -1,0 +1,395 @@
+"""`POST /v1/chat/completions`: OpenAI's shapes, the subset this server implements (docs/openai.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from sluicegate.protocol.common import ResponseModel, StrictModel
+from sluicegate.protocol.openai_common import (
+    MAX_N,
+    MAX_SEED,
+    FinishReason,
+    LogitBias,
+    OpenAIUsage,
+    Refusal,
+    Stop,
+    StreamOptions,
+    TokenLogprob,
+    refusal,
+)
+
+FunctionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+JsonSchema = dict[str, Any]
+
+# -- messages ----------------------------------------------------------------------------------------------
+
+
+class TextPart(StrictModel):
+    type: Literal["text"]
+    text: str
+
+
+Content = str | Annotated[list[TextPart], Field(min_length=1, max_length=256)]
+
+
+class SystemMessage(StrictModel):
+    role: Literal["system"]
+    content: Content
+
+
+class DeveloperMessage(StrictModel):
+    """Rendered exactly like a system message (the model's template knows no developer role)."""
+
+    role: Literal["developer"]
+    content: Content
+
+
+class UserMessage(StrictModel):
+    role: Literal["user"]
+    content: Content
+
+
+class ToolCallFunction(StrictModel):
+    name: FunctionName
+    arguments: str = Field(max_length=1 << 20, description="JSON text, as the model produced it")
+
+
+class ToolCall(StrictModel):
+    id: str = Field(min_length=1, max_length=256)
+    type: Literal["function"]
+    function: ToolCallFunction
+
+
+class AssistantMessage(StrictModel):
+    role: Literal["assistant"]
+    content: Content | None = None
+    tool_calls: Annotated[list[ToolCall], Field(min_length=1, max_length=64)] | None = None
+
+
+class ToolMessage(StrictModel):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str = Field(min_length=1, max_length=256)
+
+
+Message = Annotated[
+    SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage,
+    Field(discriminator="role"),
+]
+
+# -- structured output and tools ---------------------------------------------------------------------------
+
+
+class ResponseFormatText(StrictModel):
+    type: Literal["text"]
+
+
+class ResponseFormatJsonObject(StrictModel):
+    type: Literal["json_object"]
+
+
+class JsonSchemaFormat(StrictModel):
+    name: FunctionName
+    description: str | None = Field(None, max_length=4096)
+    schema_: JsonSchema = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: bool | None = Field(None, description="the schema is always enforced, whatever this says")
+
+
+class ResponseFormatJsonSchema(StrictModel):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = Annotated[
+    ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema, Field(discriminator="type")
+]
+
+
+class FunctionDef(StrictModel):
+    name: FunctionName
+    description: str | None = Field(None, max_length=4096)
+    parameters: JsonSchema | None = None
+    strict: bool | None = Field(None, description="arguments always follow `parameters`, whatever this says")
+
+
+class Tool(StrictModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(StrictModel):
+    name: FunctionName
+
+
+class NamedToolChoice(StrictModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+# -- the request -------------------------------------------------------------------------------------------
+
+
+class ChatCompletionRequest(StrictModel):
+    model: str = Field(min_length=1, max_length=256, description="`name` or `name@version`")
+    messages: Annotated[list[Message], Field(min_length=1, max_length=1024)]
+    max_tokens: int | None = Field(None, ge=1, le=1 << 17, description="deprecated spelling of the next")
+    max_completion_tokens: int | None = Field(
+        None, ge=1, le=1 << 17, description="default: the rest of the window"
+    )
+    temperature: float = Field(1.0, ge=0.0, le=2.0, description="0 is greedy")
+    top_p: float = Field(1.0, ge=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=MAX_N, description="choices; run i uses seed + i when seeded")
+    stop: Stop | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    logit_bias: LogitBias | None = Field(
+        None, description="token id (as a string) -> bias added to its logit"
+    )
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    response_format: ResponseFormat | None = None
+    tools: Annotated[list[Tool], Field(min_length=1, max_length=64)] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = Field(None, description="only false: at most one call per choice")
+    user: str | None = Field(None, max_length=256, description="recorded with the request in the log")
+    safety_identifier: str | None = Field(None, max_length=256, description="recorded like `user`")
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+CHAT_FIELDS = tuple(ChatCompletionRequest.model_fields)
+
+UNSUPPORTED: Mapping[str, str] = {
+    "audio": "text only",
+    "modalities": "text only",
+    "prediction": "no predicted outputs",
+    "service_tier": "one tier",
+    "store": "completions are not stored",
+    "metadata": "completions are not stored",
+    "reasoning_effort": "not a reasoning model",
+    "verbosity": "not a reasoning model",
+    "web_search_options": "no web search",
+    "functions": "deprecated; use tools",
+    "function_call": "deprecated; use tool_choice",
+    "prompt_cache_key": "the prefix cache is automatic",
+    "prompt_cache_retention": "the prefix cache is automatic",
+    "prompt_cache_options": "the prefix cache is automatic",
+}
+
+_MESSAGE_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "system": ("role", "content"),
+    "developer": ("role", "content"),
+    "user": ("role", "content"),
+    "assistant": ("role", "content", "tool_calls"),
+    "tool": ("role", "content", "tool_call_id"),
+}
+_MESSAGE_UNSUPPORTED = {
+    "name": "participant names are not rendered",
+    "refusal": "no refusals",
+    "audio": "text only",
+    "function_call": "deprecated; use tool_calls",
+}
+_TOOL_CHOICE_STRINGS = ("none", "auto", "required")
+
+
+def _content_refusal(content: Any, where: str) -> Refusal | None:
+    if not isinstance(content, list):
+        return None
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if isinstance(kind, str) and kind != "text":
+            return Refusal(
+                f"{where}.content[{j}].type",
+                "unsupported_content",
+                f"{where}.content[{j}].type is not supported; supported part types: text",
+            )
+        r = refusal(part, f"{where}.content[{j}]", ("type", "text"))
+        if r is not None:
+            return r
+    return None
+
+
+def chat_refusal(body: Mapping[str, Any]) -> Refusal | None:
+    """The first parameter of a raw chat request this server will not take, named, with what it takes."""
+    r = refusal(body, "", CHAT_FIELDS, UNSUPPORTED)
+    if r is not None:
+        return r
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for i, msg in enumerate(messages):
+            if not isinstance(msg, dict):
+                continue
+            where = f"messages[{i}]"
+            role = msg.get("role")
+            if isinstance(role, str) and role not in _MESSAGE_FIELDS:
+                why = "deprecated; use tool" if role == "function" else "no such role"
+                return Refusal(
+                    f"{where}.role",
+                    "unsupported_role",
+                    f"{where}.role is not supported ({why}); supported roles: " + ", ".join(_MESSAGE_FIELDS),
+                )
+            if isinstance(role, str):
+                r = refusal(msg, where, _MESSAGE_FIELDS[role], _MESSAGE_UNSUPPORTED)
+                if r is None:
+                    r = _content_refusal(msg.get("content"), where)
+                if r is not None:
+                    return r
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                continue
+            if tool.get("type") not in (None, "function"):
+                return Refusal(
+                    f"tools[{i}].type",
+                    "unsupported_tool",
+                    f"tools[{i}].type is not supported; supported tool types: function",
+                )
+            r = refusal(tool, f"tools[{i}]", ("type", "function"))
+            fn = tool.get("function")
+            if r is None and isinstance(fn, dict):
+                r = refusal(fn, f"tools[{i}].function", ("name", "description", "parameters", "strict"))
+            if r is not None:
+                return r
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") not in (None, "function"):
+        return Refusal(
+            "tool_choice.type",
+            "unsupported_tool_choice",
+            "tool_choice.type is not supported; supported: 'none', 'required', or a named function",
+        )
+    if choice == "auto" or (choice is None and body.get("tools")):
+        return Refusal(
+            "tool_choice",
+            "unsupported_tool_choice",
+            "tool_choice 'auto' (the default with tools) is not supported: this server cannot tell a "
+            "tool call from text without constraining the output; pass 'required', 'none', or "
+            "{'type': 'function', 'function': {'name': ...}}",
+        )
+    if body.get("parallel_tool_calls") is True:
+        return Refusal(
+            "parallel_tool_calls",
+            "unsupported_value",
+            "parallel_tool_calls true is not supported: a choice makes at most one tool call; "
+            "omit it or pass false",
+        )
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict):
+        kind = fmt.get("type")
+        if isinstance(kind, str) and kind not in ("text", "json_object", "json_schema"):
+            return Refusal(
+                "response_format.type",
+                "unsupported_value",
+                "response_format.type is not supported; supported: text, json_object, json_schema",
+            )
+        r = refusal(fmt, "response_format", ("type", "json_schema") if kind == "json_schema" else ("type",))
+        js = fmt.get("json_schema")
+        if r is None and isinstance(js, dict):
+            r = refusal(js, "response_format.json_schema", ("name", "description", "schema", "strict"))
+        if r is not None:
+            return r
+    opts = body.get("stream_options")
+    if isinstance(opts, dict):
+        r = refusal(
+            opts,
+            "stream_options",
+            ("include_usage",),
+            {"include_obfuscation": "no obfuscation padding is sent"},
+        )
+        if r is not None:
+            return r
+    return None
+
+
+# -- the response ------------------------------------------------------------------------------------------
+
+
+class ToolCallFunctionOut(ResponseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(ResponseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunctionOut
+
+
+class ChatMessage(ResponseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: None = None
+    tool_calls: list[ToolCallOut] | None = None
+
+
+class ChoiceLogprobs(ResponseModel):
+    content: list[TokenLogprob] | None
+    refusal: None = None
+
+
+class ChatChoice(ResponseModel):
+    index: int
+    message: ChatMessage
+    logprobs: ChoiceLogprobs | None
+    finish_reason: FinishReason
+
+
+class ChatCompletion(ResponseModel):
+    id: str = Field(description="`chatcmpl-` + the request id (X-Request-Id)")
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str = Field(description="`name@version` of the model that answered")
+    system_fingerprint: str = Field(description="changes when the weights or the engine configuration change")
+    choices: list[ChatChoice]
+    usage: OpenAIUsage
+
+
+class DeltaFunction(ResponseModel):
+    name: str | None = None
+    arguments: str
+
+
+class DeltaToolCall(ResponseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunction
+
+
+class ChoiceDelta(ResponseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
+
+
+class ChunkChoice(ResponseModel):
+    index: int
+    delta: ChoiceDelta
+    logprobs: ChoiceLogprobs | None
+    finish_reason: FinishReason | None
+
+
+class ChatCompletionChunk(ResponseModel):
+    """One SSE event; serialised with `exclude_unset`, so a delta carries only what it sets."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChunkChoice]
+    usage: OpenAIUsage | None = Field(
+        None, description="with include_usage: null, then set in the last chunk"
+    )

@@ -1,0 +1,106 @@
+"""`POST /v1/completions`: OpenAI's legacy text completions, the subset this server implements."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from sluicegate.protocol.common import ResponseModel, StrictModel
+from sluicegate.protocol.openai_common import (
+    MAX_N,
+    MAX_SEED,
+    LogitBias,
+    OpenAIUsage,
+    Refusal,
+    Stop,
+    StreamOptions,
+    refusal,
+)
+
+MAX_PROMPTS = 16  # prompts in one request, times n: at most this many choices
+
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=1 << 17)]
+Prompt = (
+    Annotated[str, Field(min_length=1)]
+    | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)]
+    | TokenIds
+    | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]
+)
+
+
+class CompletionRequest(StrictModel):
+    model: str = Field(min_length=1, max_length=256, description="`name` or `name@version`")
+    prompt: Prompt = Field(description="text, texts, token ids, or lists of token ids")
+    max_tokens: int = Field(16, ge=1, le=1 << 17)
+    temperature: float = Field(1.0, ge=0.0, le=2.0, description="0 is greedy")
+    top_p: float = Field(1.0, ge=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=MAX_N, description="choices per prompt; run i uses seed + i when seeded")
+    stop: Stop | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    logit_bias: LogitBias | None = None
+    logprobs: int | None = Field(
+        None, ge=0, le=5, description="the chosen token's logprob and this many others"
+    )
+    echo: bool = Field(False, description="return the prompt before the completion")
+    suffix: str | None = Field(
+        None, min_length=1, description="fill in the middle; needs a model with FIM tokens"
+    )
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(None, max_length=256, description="recorded with the request in the log")
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, one list entry each."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        out: list[str | list[int]] = []
+        for item in p:
+            if isinstance(item, int):
+                return [[x for x in p if isinstance(x, int)]]
+            out.append(item)
+        return out
+
+
+COMPLETION_FIELDS = tuple(CompletionRequest.model_fields)
+UNSUPPORTED: Mapping[str, str] = {"best_of": "no server-side ranking; use n"}
+
+
+def completion_refusal(body: Mapping[str, Any]) -> Refusal | None:
+    r = refusal(body, "", COMPLETION_FIELDS, UNSUPPORTED)
+    if r is None and isinstance(opts := body.get("stream_options"), dict):
+        r = refusal(
+            opts,
+            "stream_options",
+            ("include_usage",),
+            {"include_obfuscation": "no obfuscation padding is sent"},
+        )
+    return r
+
+
+class CompletionLogprobs(ResponseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
+class CompletionChoice(ResponseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class Completion(ResponseModel):
+    id: str = Field(description="`cmpl-` + the request id (X-Request-Id)")
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[CompletionChoice]
+    usage: OpenAIUsage | None = Field(description="null in stream chunks but the last (with include_usage)")

@@ -1,0 +1,526 @@
+"""`/v1/chat/completions`: validate -> render the template -> budget -> constrain -> submit -> shape.
+
+Tool calls (docs/openai.md): `tool_choice` may be a named function (the output is constrained to that
+function's `parameters` schema and becomes the call's `arguments`), `required` (constrained to
+`{"name": <one of the tools>, "arguments": <its parameters>}`), or `none` (tools are shown, text is
+generated).
+`auto` is refused: without a constraint the server could only guess whether free text is a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluicegate.engine import EngineRequest, FinishReason, SamplingParams
+from sluicegate.protocol.openai_chat import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatMessage,
+    ChoiceDelta,
+    ChoiceLogprobs,
+    ChunkChoice,
+    Content,
+    DeltaFunction,
+    DeltaToolCall,
+    NamedToolChoice,
+    ResponseFormatJsonObject,
+    ResponseFormatJsonSchema,
+    ToolCallFunctionOut,
+    ToolCallOut,
+    ToolMessage,
+)
+from sluicegate.protocol.openai_common import FinishReason as OpenAIFinish
+from sluicegate.serving.budget import check_budget
+from sluicegate.serving.chat_template import (
+    ChatPrompt,
+    ChatTemplate,
+    TemplateRenderError,
+    template_for,
+    tokenize_prompt,
+)
+from sluicegate.serving.constraints import Grammar, GrammarConstraint, GrammarError, compile_json
+from sluicegate.serving.context import RequestContext
+from sluicegate.serving.errors import ApiError
+from sluicegate.serving.models import ServedModel, check_text
+from sluicegate.serving.openai_common import (
+    RunResult,
+    Runs,
+    chat_logprobs,
+    fingerprint,
+    finish_error,
+    logit_bias,
+    openai_finish,
+    record_user,
+    run_seed,
+    usage,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolMode:
+    """How output becomes a tool call: with `name`, it is the arguments; else a {name, arguments} object."""
+
+    name: str | None
+
+
+@dataclass(slots=True)
+class ChatPlan:
+    request: ChatCompletionRequest
+    prompt_text: str
+    runs: Runs
+    tool: ToolMode | None
+    constraints: list[GrammarConstraint | None] = field(default_factory=list)
+    model_ref: str = ""
+    fingerprint: str = ""
+
+
+def _text(content: Content | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(p.text for p in content)
+
+
+def _arguments_value(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
+def _tool_list(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+    return [t.model_dump(exclude_none=True) for t in req.tools or ()]
+
+
+def _tool_instructions(req: ChatCompletionRequest, native: bool) -> str:
+    """What this request adds to the prompt about tools (appended to the last message)."""
+    if not req.tools:
+        return ""
+    lines: list[str] = []
+    if not native:
+        lines.append("You can call these functions (their arguments are described by JSON Schema):")
+        for t in req.tools:
+            fn = t.function
+            spec: dict[str, Any] = {"name": fn.name}
+            if fn.description:
+                spec["description"] = fn.description
+            spec["parameters"] = fn.parameters if fn.parameters is not None else {"type": "object"}
+            lines.append(json.dumps(spec, ensure_ascii=False))
+    choice = req.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        lines.append(
+            f"Call the function {choice.function.name} now: reply with only its arguments, as a JSON object."
+        )
+    elif choice == "required":
+        lines.append(
+            'Call one of these functions now: reply with only {"name": <function name>, '
+            '"arguments": <its arguments>}, as JSON.'
+        )
+    else:
+        lines.append("Do not call a function now; reply in text.")
+    return "\n".join(lines)
+
+
+def template_messages(req: ChatCompletionRequest, native_tools: bool) -> list[dict[str, Any]]:
+    """The request's messages as the template reads them; per-request text is appended to the last one."""
+    out: list[dict[str, Any]] = []
+    for msg in req.messages:
+        role = "system" if msg.role == "developer" else msg.role
+        text = _text(msg.content)
+        item: dict[str, Any] = {"role": role, "content": text}
+        if isinstance(msg, AssistantMessage) and msg.tool_calls:
+            if native_tools:
+                item["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {
+                            "name": c.function.name,
+                            "arguments": _arguments_value(c.function.arguments),
+                        },
+                    }
+                    for c in msg.tool_calls
+                ]
+            else:
+                calls = "\n".join(
+                    json.dumps(
+                        {"name": c.function.name, "arguments": _arguments_value(c.function.arguments)},
+                        ensure_ascii=False,
+                    )
+                    for c in msg.tool_calls
+                )
+                item["content"] = f"{text}\n{calls}" if text else calls
+        if isinstance(msg, ToolMessage) and native_tools:
+            item["tool_call_id"] = msg.tool_call_id
+        out.append(item)
+    extra = _tool_instructions(req, native_tools)
+    if extra:
+        last = out[-1]
+        last["content"] = f"{last['content']}\n\n{extra}" if last["content"] else extra
+    return out
+
+
+def _check_combinations(req: ChatCompletionRequest) -> None:
+    def bad(param: str, message: str, code: str = "invalid_combination") -> ApiError:
+        return ApiError("invalid_request", message, param=param, code=code)
+
+    if req.max_tokens is not None and req.max_completion_tokens is not None:
+        raise bad("max_tokens", "give max_completion_tokens or max_tokens (its old name), not both")
+    if req.stream_options is not None and not req.stream:
+        raise bad("stream_options", "stream_options is only allowed when stream is true")
+    if req.top_logprobs is not None and not req.logprobs:
+        raise bad("top_logprobs", "top_logprobs needs logprobs: true")
+    forced = req.tool_choice is not None and req.tool_choice != "none"
+    if req.tool_choice is not None and not req.tools:
+        raise bad("tool_choice", "tool_choice needs tools")
+    if isinstance(req.tool_choice, NamedToolChoice):
+        names = [t.function.name for t in req.tools or ()]
+        if req.tool_choice.function.name not in names:
+            raise bad(
+                "tool_choice.function.name",
+                "tool_choice names a function that is not in tools",
+                code="unknown_function",
+            )
+    if req.tools and len({t.function.name for t in req.tools}) != len(req.tools):
+        raise bad("tools", "two tools have the same name", code="duplicate_function")
+    structured = isinstance(req.response_format, ResponseFormatJsonObject | ResponseFormatJsonSchema)
+    if forced and structured:
+        raise bad("response_format", "response_format cannot be combined with a forced tool call")
+    if req.stop and (forced or structured):
+        raise bad(
+            "stop", "stop cannot be combined with JSON output or a forced tool call: it could cut the JSON"
+        )
+    if req.messages[-1].role == "assistant":
+        raise bad(
+            "messages",
+            "the last message must not be the assistant's: continuing an assistant message is not supported",
+            code="unsupported_value",
+        )
+
+
+def _schema(req: ChatCompletionRequest) -> tuple[dict[str, Any] | None, str]:
+    """The JSON schema the output must validate against, and the param to blame if it cannot be compiled."""
+    choice = req.tool_choice
+    tools = req.tools or []
+    if isinstance(choice, NamedToolChoice):
+        i, tool = next((i, t) for i, t in enumerate(tools) if t.function.name == choice.function.name)
+        return tool.function.parameters or {"type": "object"}, f"tools[{i}].function.parameters"
+    if choice == "required":
+        return {
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "name": {"const": t.function.name},
+                        "arguments": t.function.parameters or {"type": "object"},
+                    },
+                    "required": ["name", "arguments"],
+                    "additionalProperties": False,
+                }
+                for t in tools
+            ]
+        }, "tools"
+    fmt = req.response_format
+    if isinstance(fmt, ResponseFormatJsonSchema):
+        return fmt.json_schema.schema_, "response_format.json_schema.schema"
+    if isinstance(fmt, ResponseFormatJsonObject):
+        return {"type": "object"}, "response_format"
+    return None, ""
+
+
+async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestContext) -> ChatPlan:
+    ident = model.resolve(req.model)
+    _check_combinations(req)
+    record_user(ctx.request_id, user=req.user, safety_identifier=req.safety_identifier)
+    runner = model.runner
+    template = template_for(runner)
+    if template is None:
+        raise ApiError(
+            "invalid_request",
+            "this model ships no chat template; use /v1/completions",
+            param="model",
+            code="no_chat_template",
+        )
+    t = time.perf_counter()
+    for i, msg in enumerate(req.messages):
+        check_text(_text(msg.content), f"messages[{i}].content")
+    messages = template_messages(req, template.uses_tools)
+    prompt = await _render(model, template, messages, _tool_list(req) if template.uses_tools else None)
+    t = ctx.stage("tokenize", t)
+    n_ctx = model.limits.n_ctx
+    max_new = req.max_new_tokens
+    new_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    check_budget(
+        len(prompt.token_ids), max_new or 1, n_ctx=n_ctx, prompt_param="messages", new_param=new_param
+    )
+    max_new = max_new or n_ctx - len(prompt.token_ids)
+    schema, schema_param = _schema(req)
+    grammar: Grammar | None = None
+    if schema is not None:
+        try:
+            grammar = await asyncio.to_thread(compile_json, runner, schema)
+        except GrammarError:
+            raise ApiError(
+                "invalid_request",
+                f"{schema_param} is not a JSON schema this server can enforce "
+                "(see docs/openai.md for the supported subset)",
+                param=schema_param,
+                code="unsupported_schema",
+            ) from None
+        ctx.stage("grammar", t)
+    bias = logit_bias(req.logit_bias, model.limits.n_vocab)
+    want_lp = (req.top_logprobs or 0) if req.logprobs else None
+    requests: list[EngineRequest] = []
+    constraints: list[GrammarConstraint | None] = []
+    for i in range(req.n):
+        params = SamplingParams(
+            max_new_tokens=max_new,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=run_seed(req.seed, i),
+            stop=tuple([req.stop] if isinstance(req.stop, str) else req.stop or ()),
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            logit_bias=bias,
+            logprobs=want_lp,
+        )
+        constraint = grammar.constraint() if grammar is not None else None
+        constraints.append(constraint)
+        rid = ctx.request_id if req.n == 1 else f"{ctx.request_id}:{i}"
+        requests.append(
+            EngineRequest(
+                rid, prompt.token_ids, params, arrival=ctx.arrival, tenant=ctx.tenant, constraint=constraint
+            )
+        )
+    forced = req.tool_choice is not None and req.tool_choice != "none"
+    tool = None
+    if forced:
+        tool = ToolMode(
+            req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
+        )
+    runs = Runs(model.engine, requests)
+    return ChatPlan(req, prompt.text, runs, tool, constraints, ident.ref, fingerprint(model))
+
+
+async def _render(
+    model: ServedModel,
+    template: ChatTemplate,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+) -> ChatPrompt:
+    def work() -> ChatPrompt:
+        plain, pieces = template.segments(messages, tools=tools)
+        check_text(plain, "messages")
+        return tokenize_prompt(model.runner, plain, pieces)
+
+    try:
+        if sum(len(m["content"]) for m in messages) > 16_384:
+            return await asyncio.to_thread(work)
+        return work()
+    except TemplateRenderError as exc:
+        raise ApiError(
+            "invalid_request",
+            f"the model's chat template refused these messages: {exc}",
+            param="messages",
+            code="template_error",
+        ) from None
+
+
+def _call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+def _check_constraint(plan: ChatPlan, i: int) -> None:
+    c = plan.constraints[i] if plan.constraints else None
+    if c is not None and c.failed:
+        raise ApiError("internal_error", "internal error; report the request id")
+
+
+def _message(plan: ChatPlan, text: str, reason: FinishReason | None) -> tuple[ChatMessage, OpenAIFinish]:
+    finish = openai_finish(reason)
+    tool = plan.tool
+    if tool is None:
+        return ChatMessage(content=text), finish
+    if tool.name is not None:
+        call = ToolCallOut(id=_call_id(), function=ToolCallFunctionOut(name=tool.name, arguments=text))
+        return ChatMessage(content=None, tool_calls=[call]), "tool_calls" if finish == "stop" else finish
+    try:
+        obj = json.loads(text)
+        name, args = obj["name"], obj["arguments"]
+    except (ValueError, KeyError, TypeError):
+        return ChatMessage(content=text), finish  # cut short (length): not a call
+    call = ToolCallOut(
+        id=_call_id(),
+        function=ToolCallFunctionOut(
+            name=name, arguments=json.dumps(args, ensure_ascii=False, separators=(", ", ": "))
+        ),
+    )
+    return ChatMessage(content=None, tool_calls=[call]), "tool_calls"
+
+
+async def complete(model: ServedModel, plan: ChatPlan, ctx: RequestContext) -> ChatCompletion:
+    """Run to the end and return one response (the runs are already started)."""
+    try:
+        results: list[RunResult] = await plan.runs.collect()
+    finally:
+        plan.runs.close()
+    choices: list[ChatChoice] = []
+    for i, r in enumerate(results):
+        assert r.final is not None
+        err = finish_error(r.final)
+        if err is not None:
+            raise err
+        _check_constraint(plan, i)
+        message, finish = _message(plan, r.text, r.final.finish_reason)
+        lps = (
+            ChoiceLogprobs(content=chat_logprobs(model.runner, r.logprobs)) if plan.request.logprobs else None
+        )
+        choices.append(ChatChoice(index=i, message=message, logprobs=lps, finish_reason=finish))
+    first = results[0].final
+    if first is not None and first.timing is not None:
+        for name in ("queue", "prefill", "decode"):
+            ctx.stages_ms[name] = getattr(first.timing, f"{name}_ms")
+    return ChatCompletion(
+        id=f"chatcmpl-{ctx.request_id}",
+        created=ctx.created,
+        model=plan.model_ref,
+        system_fingerprint=plan.fingerprint,
+        choices=choices,
+        usage=usage([r.final for r in results]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunks:
+    """Builds the chunks of one streamed answer."""
+
+    id: str
+    created: int
+    model: str
+    fingerprint: str
+    include_usage: bool
+
+    def __call__(self, choices: list[ChunkChoice], **extra: Any) -> ChatCompletionChunk:
+        fields: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": choices,
+        }
+        if self.include_usage:
+            fields["usage"] = None
+        fields.update(extra)
+        return ChatCompletionChunk(**fields)
+
+    def one(
+        self,
+        i: int,
+        delta: ChoiceDelta,
+        finish: OpenAIFinish | None = None,
+        lps: ChoiceLogprobs | None = None,
+    ) -> ChatCompletionChunk:
+        return self([ChunkChoice(index=i, delta=delta, logprobs=lps, finish_reason=finish)])
+
+
+async def stream(
+    model: ServedModel, plan: ChatPlan, ctx: RequestContext
+) -> AsyncIterator[ChatCompletionChunk]:
+    """The chunks of a streamed answer (the runs are already started). Errors raise ApiError mid-stream.
+
+    Every choice first gets its role (and, for a named tool, the call's id and name); then text deltas (or
+    argument deltas) as the engine releases them; then an empty delta with the finish reason. A `required`
+    tool call is sent whole when its choice ends: it is a call only once it parses. Usage comes last, once.
+    """
+    req = plan.request
+    chunks = _Chunks(
+        f"chatcmpl-{ctx.request_id}",
+        ctx.created,
+        plan.model_ref,
+        plan.fingerprint,
+        bool(req.stream_options and req.stream_options.include_usage),
+    )
+    tool = plan.tool
+    buffered = ["" for _ in range(req.n)]
+    finals: list[Any] = [None] * req.n
+    try:
+        for i in range(req.n):
+            if tool is not None and tool.name is not None:
+                yield chunks.one(
+                    i,
+                    ChoiceDelta(
+                        role="assistant",
+                        tool_calls=[
+                            DeltaToolCall(
+                                index=0,
+                                id=_call_id(),
+                                type="function",
+                                function=DeltaFunction(name=tool.name, arguments=""),
+                            )
+                        ],
+                    ),
+                )
+            else:
+                yield chunks.one(i, ChoiceDelta(role="assistant", content=""))
+        async for i, out in plan.runs.events():
+            if out.finished:
+                err = finish_error(out)
+                if err is not None:
+                    raise err
+                _check_constraint(plan, i)
+                finals[i] = out
+            lps = ChoiceLogprobs(content=chat_logprobs(model.runner, out.logprobs)) if req.logprobs else None
+            if out.text or (lps is not None and lps.content):
+                if tool is None:
+                    yield chunks.one(i, ChoiceDelta(content=out.text), lps=lps)
+                elif tool.name is not None:
+                    yield chunks.one(
+                        i,
+                        ChoiceDelta(
+                            tool_calls=[DeltaToolCall(index=0, function=DeltaFunction(arguments=out.text))]
+                        ),
+                        lps=lps,
+                    )
+                else:
+                    buffered[i] += out.text
+                    if lps is not None and lps.content:
+                        yield chunks.one(i, ChoiceDelta(), lps=lps)
+            if out.finished:
+                finish: OpenAIFinish = openai_finish(out.finish_reason)
+                if tool is not None and tool.name is not None and finish == "stop":
+                    finish = "tool_calls"
+                elif tool is not None and tool.name is None:
+                    message, finish = _message(plan, buffered[i], out.finish_reason)
+                    if message.tool_calls:
+                        call = message.tool_calls[0]
+                        delta = ChoiceDelta(
+                            tool_calls=[
+                                DeltaToolCall(
+                                    index=0,
+                                    id=call.id,
+                                    type="function",
+                                    function=DeltaFunction(
+                                        name=call.function.name, arguments=call.function.arguments
+                                    ),
+                                )
+                            ]
+                        )
+                    else:
+                        delta = ChoiceDelta(content=message.content)
+                    yield chunks.one(i, delta)
+                yield chunks.one(i, ChoiceDelta(), finish)
+        if chunks.include_usage:
+            yield chunks([], usage=usage(finals))
+    finally:
+        plan.runs.close()

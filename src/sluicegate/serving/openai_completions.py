@@ -1,0 +1,274 @@
+"""`/v1/completions`: validate -> tokenise -> budget -> submit -> shape.
+
+Several prompts and n > 1 multiply: choice `p * n + i` is run i of prompt p (OpenAI's order). `echo` puts the
+prompt's text before the completion (its logprobs are not computed, so echo with logprobs is refused).
+`suffix` means fill-in-the-middle: the prompt becomes `<fim_prefix>prompt<fim_suffix>suffix<fim_middle>` with
+the model's own FIM control tokens; a model without them refuses `suffix` rather than ignore it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sluicegate.backends.base import ModelRunner
+from sluicegate.engine import EngineRequest, RequestOutput, SamplingParams, TokenLogprob
+from sluicegate.protocol.openai_completions import (
+    MAX_PROMPTS,
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+)
+from sluicegate.serving.budget import check_budget
+from sluicegate.serving.context import RequestContext
+from sluicegate.serving.errors import ApiError
+from sluicegate.serving.models import ServedModel, check_text
+from sluicegate.serving.openai_common import (
+    CompletionLogprobState,
+    Runs,
+    check_token_ids,
+    fingerprint,
+    finish_error,
+    logit_bias,
+    openai_finish,
+    record_user,
+    run_seed,
+    usage,
+)
+
+FIM_STYLES = (
+    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder, DeepSeek-Coder-like
+    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder, CodeGemma-like
+)
+
+
+def fim_tokens(runner: ModelRunner) -> tuple[int, int, int] | None:
+    """The model's (prefix, suffix, middle) control tokens, if its vocabulary has one of the known styles."""
+    for style in FIM_STYLES:
+        ids = [runner.tokenize(t, add_special=False, parse_special=True) for t in style]
+        if all(len(x) == 1 and not runner.token_bytes(x[0]) for x in ids):
+            return ids[0][0], ids[1][0], ids[2][0]
+    return None
+
+
+@dataclass(slots=True)
+class CompletionPlan:
+    request: CompletionRequest
+    prompt_texts: list[str]  # one per prompt (for echo)
+    runs: Runs
+    model_ref: str
+    fingerprint: str
+
+    def prompt_of(self, choice: int) -> int:
+        return choice // self.request.n
+
+
+async def _prompt_ids(model: ServedModel, req: CompletionRequest) -> tuple[list[list[int]], list[str]]:
+    runner = model.runner
+    n_vocab = model.limits.n_vocab
+    fim = None
+    if req.suffix is not None:
+        fim = fim_tokens(runner)
+        if fim is None:
+            raise ApiError(
+                "invalid_request",
+                "suffix needs fill-in-the-middle tokens, and this model has none",
+                param="suffix",
+                code="unsupported_parameter",
+            )
+        check_text(req.suffix, "suffix")
+    prompts = req.prompts()
+    if len(prompts) * req.n > MAX_PROMPTS:
+        raise ApiError(
+            "invalid_request",
+            f"{len(prompts)} prompts times n={req.n} is more than {MAX_PROMPTS} choices",
+            param="n",
+            code="too_many_choices",
+        )
+    all_ids: list[list[int]] = []
+    texts: list[str] = []
+    bos = runner.tokenize("", add_special=True)
+    for k, p in enumerate(prompts):
+        param = "prompt" if len(prompts) == 1 else f"prompt[{k}]"
+        if isinstance(p, str):
+            check_text(p, param)
+            ids = await model.tokenize(p, add_special=fim is None)
+            text = p
+        else:
+            check_token_ids(p, n_vocab, param)
+            ids = list(p)
+            text = b"".join(runner.token_bytes(t) for t in ids).decode("utf-8", errors="replace")
+        if fim is not None:
+            suffix_ids = runner.tokenize(req.suffix or "", add_special=False)
+            ids = [*bos, fim[0], *ids, fim[1], *suffix_ids, fim[2]]
+        if not ids:
+            raise ApiError("invalid_request", f"{param} has no tokens", param=param, code="empty_prompt")
+        all_ids.append(ids)
+        texts.append(text)
+    return all_ids, texts
+
+
+async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContext) -> CompletionPlan:
+    ident = model.resolve(req.model)
+    if req.stream_options is not None and not req.stream:
+        raise ApiError(
+            "invalid_request",
+            "stream_options is only allowed when stream is true",
+            param="stream_options",
+            code="invalid_combination",
+        )
+    if req.echo and req.logprobs is not None:
+        raise ApiError(
+            "invalid_request",
+            "echo with logprobs is not supported: prompt logprobs are not computed",
+            param="echo",
+            code="invalid_combination",
+        )
+    if req.echo and req.suffix is not None:
+        raise ApiError(
+            "invalid_request", "echo cannot be combined with suffix", param="echo", code="invalid_combination"
+        )
+    record_user(ctx.request_id, user=req.user)
+    t = time.perf_counter()
+    all_ids, texts = await _prompt_ids(model, req)
+    ctx.stage("tokenize", t)
+    for k, ids in enumerate(all_ids):
+        check_budget(
+            len(ids),
+            req.max_tokens,
+            n_ctx=model.limits.n_ctx,
+            prompt_param="prompt" if len(all_ids) == 1 else f"prompt[{k}]",
+            new_param="max_tokens",
+        )
+    bias = logit_bias(req.logit_bias, model.limits.n_vocab)
+    stop = tuple([req.stop] if isinstance(req.stop, str) else req.stop or ())
+    requests: list[EngineRequest] = []
+    for k, ids in enumerate(all_ids):
+        for i in range(req.n):
+            params = SamplingParams(
+                max_new_tokens=req.max_tokens,
+                temperature=req.temperature,
+                top_p=req.top_p,
+                seed=run_seed(req.seed, i),
+                stop=stop,
+                presence_penalty=req.presence_penalty,
+                frequency_penalty=req.frequency_penalty,
+                logit_bias=bias,
+                logprobs=req.logprobs,
+            )
+            single = len(all_ids) * req.n == 1
+            rid = ctx.request_id if single else f"{ctx.request_id}:{k * req.n + i}"
+            requests.append(EngineRequest(rid, ids, params, arrival=ctx.arrival, tenant=ctx.tenant))
+    return CompletionPlan(req, texts, Runs(model.engine, requests), ident.ref, fingerprint(model))
+
+
+def _logprobs(
+    model: ServedModel,
+    state: CompletionLogprobState,
+    req: CompletionRequest,
+    lps: Sequence[TokenLogprob],
+) -> CompletionLogprobs | None:
+    if req.logprobs is None:
+        return None
+    tokens, values, tops, offsets = state.shape(model.runner, lps, want_top=req.logprobs > 0)
+    return CompletionLogprobs(tokens=tokens, token_logprobs=values, top_logprobs=tops, text_offset=offsets)
+
+
+async def complete(model: ServedModel, plan: CompletionPlan, ctx: RequestContext) -> Completion:
+    req = plan.request
+    try:
+        results = await plan.runs.collect()
+    finally:
+        plan.runs.close()
+    choices: list[CompletionChoice] = []
+    for i, r in enumerate(results):
+        assert r.final is not None
+        err = finish_error(r.final)
+        if err is not None:
+            raise err
+        prefix = plan.prompt_texts[plan.prompt_of(i)] if req.echo else ""
+        lps = _logprobs(model, CompletionLogprobState(), req, r.logprobs)
+        choices.append(
+            CompletionChoice(
+                index=i,
+                text=prefix + r.text,
+                logprobs=lps,
+                finish_reason=openai_finish(r.final.finish_reason),
+            )
+        )
+    first = results[0].final
+    if first is not None and first.timing is not None:
+        for name in ("queue", "prefill", "decode"):
+            ctx.stages_ms[name] = getattr(first.timing, f"{name}_ms")
+    return Completion(
+        id=f"cmpl-{ctx.request_id}",
+        object="text_completion",
+        created=ctx.created,
+        model=plan.model_ref,
+        system_fingerprint=plan.fingerprint,
+        choices=choices,
+        usage=usage([r.final for r in results]),
+    )
+
+
+async def stream(model: ServedModel, plan: CompletionPlan, ctx: RequestContext) -> AsyncIterator[Completion]:
+    """Chunks: the prompt first when echoing, then text deltas, then an empty delta with the finish reason."""
+    req = plan.request
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    n_choices = len(plan.prompt_texts) * req.n
+    states = [CompletionLogprobState() for _ in range(n_choices)]
+    finals: list[RequestOutput | None] = [None] * n_choices
+
+    def chunk(choices: list[CompletionChoice], **extra: Any) -> Completion:
+        fields: dict[str, Any] = {
+            "id": f"cmpl-{ctx.request_id}",
+            "object": "text_completion",
+            "created": ctx.created,
+            "model": plan.model_ref,
+            "system_fingerprint": plan.fingerprint,
+            "choices": choices,
+            "usage": None,
+        }
+        fields.update(extra)
+        return Completion(**fields)
+
+    try:
+        if req.echo:
+            for i in range(n_choices):
+                yield chunk(
+                    [
+                        CompletionChoice(
+                            index=i,
+                            text=plan.prompt_texts[plan.prompt_of(i)],
+                            logprobs=None,
+                            finish_reason=None,
+                        )
+                    ]
+                )
+        async for i, out in plan.runs.events():
+            if out.finished:
+                err = finish_error(out)
+                if err is not None:
+                    raise err
+                finals[i] = out
+            lps = _logprobs(model, states[i], req, out.logprobs)
+            if out.text or (lps is not None and lps.tokens):
+                yield chunk([CompletionChoice(index=i, text=out.text, logprobs=lps, finish_reason=None)])
+            if out.finished:
+                yield chunk(
+                    [
+                        CompletionChoice(
+                            index=i, text="", logprobs=None, finish_reason=openai_finish(out.finish_reason)
+                        )
+                    ]
+                )
+        if include_usage:
+            yield chunk([], usage=usage(finals))
+    finally:
+        plan.runs.close()
+
+
+__all__ = ["CompletionPlan", "complete", "fim_tokens", "prepare", "stream"]

@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks: the reference app served over a real socket."""

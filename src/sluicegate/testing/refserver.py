@@ -1,0 +1,114 @@
+"""The app on the tiny reference backend, served by uvicorn on 127.0.0.1: for socket tests and benchmarks.
+
+    python -m sluicegate.testing.refserver --port 8123 [--max-body-bytes N] [--ctx 512]
+
+`running()` starts it as a subprocess on a free port and waits for readiness; the CLI's `serve` serves only
+llama.cpp, and the reference backend needs no model file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    from sluicegate.api.app import create_app
+    from sluicegate.backends.reference import ReferenceRunner
+    from sluicegate.config import Config, LimitsConfig
+
+    p = argparse.ArgumentParser(prog="refserver", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--ctx", type=int, default=512)
+    p.add_argument("--slots", type=int, default=8)
+    p.add_argument("--max-body-bytes", type=int, default=LimitsConfig().max_body_bytes)
+    p.add_argument("--log-level", default="warning")
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = Config(limits=LimitsConfig(max_body_bytes=args.max_body_bytes), host=args.host, port=args.port)
+    app = create_app(config, lambda: ReferenceRunner(n_ctx=args.ctx, n_slots=args.slots))
+    uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    ).run()
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RefServer:
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def rss_kib(self) -> int:
+        """The server process's resident memory (VmRSS), in KiB."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError("no VmRSS for the server process")
+
+
+@contextmanager
+def running(log_dir: Path, *args: str, timeout: float = 30.0) -> Iterator[RefServer]:
+    """Start the reference server on a free port, wait until /readyz says 200, stop it afterwards."""
+    port = free_port()
+    log_path = log_dir / f"refserver-{port}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sluicegate.testing.refserver", "--port", str(port), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    server = RefServer(f"http://127.0.0.1:{port}", port, proc, log_path)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"refserver exited with {proc.returncode}:\n{server.log()}")
+            try:
+                if httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"refserver not ready in {timeout}s:\n{server.log()}")
+            time.sleep(0.05)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

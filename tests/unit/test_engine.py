@@ -1,0 +1,355 @@
+"""The engine thread on the reference backend: fidelity under batching, cancellation, limits, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import pytest
+
+from sluicegate.backends.base import BatchItem, Logits
+from sluicegate.backends.reference import ReferenceRunner
+from sluicegate.engine import (
+    AsyncEngine,
+    Engine,
+    EngineOverloaded,
+    EngineRequest,
+    EngineStopped,
+    FinishReason,
+    RequestOutput,
+    SamplingParams,
+    SchedulerConfig,
+)
+
+_n = iter(range(1_000_000))
+
+
+class Runner(ReferenceRunner):
+    """The reference model, counting steps; optionally gated (each step waits for a permit) or failing."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.gated = False
+        self.permits = threading.Semaphore(0)
+        self.steps = 0
+        self.fail_next = False
+        self.batches: list[list[tuple[int, int, int]]] = []
+
+    def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        if self.gated and not self.permits.acquire(timeout=20):
+            raise AssertionError("the test never released this step")
+        self.batches.append([(i.slot, i.start_pos, len(i.token_ids)) for i in batch])
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("boom")
+        out = super().execute(batch)
+        self.steps += 1
+        return out
+
+    def release(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.permits.release()
+
+
+class Collector:
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
+        self.outs: list[RequestOutput] = []
+        self.done = threading.Event()
+        self.clock = clock
+        self.finished_at: int | None = None  # the clock when the final output arrived
+
+    def __call__(self, out: RequestOutput) -> None:
+        self.outs.append(out)
+        if out.finished:
+            self.finished_at = self.clock() if self.clock else None
+            self.done.set()
+
+    def wait(self, timeout: float = 20.0) -> RequestOutput:
+        assert self.done.wait(timeout), "the request never finished"
+        return self.outs[-1]
+
+    @property
+    def tokens(self) -> list[int]:
+        return [t for o in self.outs for t in o.new_token_ids]
+
+    @property
+    def text(self) -> str:
+        return "".join(o.text for o in self.outs)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.002)
+
+
+def req(prompt: str | list[int], *, deadline: float | None = None, **params: object) -> EngineRequest:
+    ids = [256, *prompt.encode()] if isinstance(prompt, str) else prompt
+    return EngineRequest(f"r{next(_n)}", ids, SamplingParams(**params), deadline=deadline)  # type: ignore[arg-type]
+
+
+@contextmanager
+def engine(config: SchedulerConfig | None = None, **runner_kw: object) -> Iterator[tuple[Engine, Runner]]:
+    runner = Runner(**{"n_slots": 4, "n_ctx": 512, "eos_slope": 0.0, **runner_kw})
+    eng = Engine(runner, config or SchedulerConfig())
+    eng.start()
+    try:
+        yield eng, runner
+    finally:
+        runner.gated = False
+        runner.release(1000)
+        eng.stop()
+
+
+def run(eng: Engine, r: EngineRequest) -> Collector:
+    runner = eng.runner
+    c = Collector(lambda: runner.steps if isinstance(runner, Runner) else 0)
+    eng.submit(r, c)
+    return c
+
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "The quick brown fox jumps over the lazy dog. " * 3 + "And then?",  # shares two blocks with the first
+    "Hello",
+    "x" * 200,
+    "Numbers: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13",
+    "é漢字🙂 split characters",
+]
+
+
+def _variants() -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for i, _ in enumerate(PROMPTS):
+        out.append({"max_new_tokens": 20, "temperature": 0.0})
+        out.append({"max_new_tokens": 20, "temperature": 0.9, "top_k": 20, "seed": 1000 + i})
+        out.append({"max_new_tokens": 15, "temperature": 1.2, "top_p": 0.8, "seed": 7})
+    return out
+
+
+def test_batched_chunked_and_cached_runs_match_solo_runs() -> None:
+    jobs = [(p, v) for p in PROMPTS for v in _variants()[:3]]
+    solo = []
+    for p, v in jobs:
+        with engine(n_slots=1) as (eng, _):
+            alone = run(eng, req(p, **v))
+            alone.wait()
+            solo.append(alone)
+    # a tiny step budget forces chunked prefill; small blocks and four slots force reuse, copies and waits
+    cfg = SchedulerConfig(max_batch_tokens=24, min_prefill_chunk=4, block_size=8)
+    with engine(cfg) as (eng, runner):
+        collectors = [run(eng, req(p, **v)) for p, v in jobs]
+        finals = [c.wait() for c in collectors]
+        assert eng.stats.prefix_hits > 0
+        assert max(sum(n for _, _, n in b) for b in runner.batches) <= 24
+    for (_, v), c, final, alone in zip(jobs, collectors, finals, solo, strict=True):
+        assert c.tokens == alone.tokens and len(c.tokens) > 1
+        assert c.text == alone.text
+        assert final.finish_reason == alone.outs[-1].finish_reason
+        if "seed" in v:
+            assert final.seed == alone.outs[-1].seed == v["seed"]
+
+
+def test_reused_prefix_is_reported_and_changes_nothing() -> None:
+    prompt = "a long shared system prompt that fills several blocks. " * 4
+    with engine(SchedulerConfig(block_size=16)) as (eng, _):
+        cold = run(eng, req(prompt, max_new_tokens=12, temperature=0.0))
+        assert cold.wait().cached_tokens == 0
+        warm = run(eng, req(prompt, max_new_tokens=12, temperature=0.0))
+        assert warm.wait().cached_tokens == (len(prompt) // 16) * 16  # BOS + prompt, less the last token
+        assert warm.tokens == cold.tokens
+        # a follow-up turn repeats the answer: its blocks come from the cache too
+        follow = [256, *prompt.encode(), *cold.tokens, *b" and then?"]
+        turn = run(eng, req(follow, max_new_tokens=8, temperature=0.0))
+        assert turn.wait().cached_tokens > len(prompt) + 1 - 16
+        assert eng.stats.cached_tokens == warm.wait().cached_tokens + turn.wait().cached_tokens
+    with engine() as (fresh, _):
+        again = run(fresh, req(follow, max_new_tokens=8, temperature=0.0))
+        again.wait()
+        assert again.tokens == turn.tokens
+
+
+@pytest.mark.parametrize("phase", ["queued", "prefill", "decode"])
+def test_abort_reaches_the_engine_within_one_step_and_frees_the_slot(phase: str) -> None:
+    cfg = SchedulerConfig(max_batch_tokens=16, min_prefill_chunk=4)
+    with engine(cfg, n_slots=1) as (eng, runner):
+        runner.gated = True
+        blocker = None
+        if phase == "queued":
+            blocker = run(eng, req("block", max_new_tokens=400, ignore_eos=True))
+            runner.release(3)
+            wait_for(lambda: runner.steps == 3)
+        victim = run(eng, req("v" * 300 if phase == "prefill" else "v", max_new_tokens=200, ignore_eos=True))
+        runner.release(5)
+        wait_for(lambda: runner.steps == (8 if phase == "queued" else 5))
+        if phase == "prefill":
+            assert not victim.outs  # still prefilling its 301 tokens, 16 per step
+        if phase == "decode":
+            wait_for(lambda: len(victim.tokens) >= 3)
+        eng.abort(victim.outs[0].request_id if victim.outs else _last_id(eng))
+        at_abort = runner.steps
+        runner.gated = False
+        runner.release(1000)
+        final = victim.wait()
+        assert final.finish_reason is FinishReason.CANCELLED
+        assert victim.finished_at is not None
+        assert victim.finished_at - at_abort <= 1  # the step in flight, then the abort lands before the next
+        if blocker is not None:
+            eng.abort(blocker.outs[0].request_id)
+            blocker.wait()
+        wait_for(lambda: not eng.scheduler.has_work)
+        assert eng.scheduler.slots.n_busy == 0 and eng.stats.requests_cancelled >= 1
+        assert eng.stats.snapshot()["running"] == 0
+
+
+def _last_id(eng: Engine) -> str:
+    seqs = [*eng.scheduler.running, *eng.scheduler.waiting]
+    return max(seqs, key=lambda s: s.order).request.request_id
+
+
+@pytest.mark.parametrize("phase", ["queued", "decode"])
+def test_a_deadline_cancels_the_request(phase: str) -> None:
+    with engine(n_slots=1) as (eng, _):
+        if phase == "queued":
+            blocker = run(eng, req("block", max_new_tokens=400, ignore_eos=True))
+        victim = run(eng, req("v", max_new_tokens=400, ignore_eos=True, deadline=time.monotonic() + 0.05))
+        final = victim.wait()
+        assert final.finish_reason is FinishReason.CANCELLED and eng.stats.requests_expired == 1
+        assert (final.completion_tokens == 0) == (phase == "queued")
+        if phase == "queued":
+            eng.abort(_last_id(eng))
+            blocker.wait()
+
+
+def test_the_waiting_queue_is_bounded_and_refusals_say_when_to_retry() -> None:
+    with engine(SchedulerConfig(max_waiting=2), n_slots=1) as (eng, runner):
+        runner.gated = True
+        first = run(eng, req("a", max_new_tokens=2))
+        wait_for(lambda: eng.scheduler.slots.n_busy == 1)
+        waiting = [run(eng, req("b", max_new_tokens=2)) for _ in range(2)]
+        with pytest.raises(EngineOverloaded) as err:
+            eng.submit(req("c", max_new_tokens=2), Collector())
+        assert 1 <= err.value.retry_after <= 60 and eng.stats.requests_refused == 1
+        runner.gated = False
+        runner.release(1000)
+        for c in (first, *waiting):
+            assert c.wait().finish_reason is FinishReason.LENGTH
+
+
+def test_the_token_bound_refuses_too_many_queued_prompt_tokens() -> None:
+    with engine(SchedulerConfig(max_waiting_tokens=50), n_slots=1) as (eng, runner):
+        runner.gated = True
+        run(eng, req("x" * 40, max_new_tokens=2))  # in the inbox or waiting: 41 tokens
+        with pytest.raises(EngineOverloaded):
+            eng.submit(req("y" * 20, max_new_tokens=2), Collector())
+
+
+def test_requests_the_window_cannot_hold_are_refused() -> None:
+    with engine(n_ctx=64) as (eng, _):
+        with pytest.raises(ValueError):
+            eng.submit(req([], max_new_tokens=2), Collector())
+        with pytest.raises(ValueError):
+            eng.submit(req("x" * 60, max_new_tokens=10), Collector())
+
+
+def test_stop_cancels_what_is_left_and_refuses_new_work() -> None:
+    runner = Runner(n_slots=1, n_ctx=512, eos_slope=0.0)
+    eng = Engine(runner, SchedulerConfig())
+    eng.start()
+    runner.gated = True
+    running = run(eng, req("a", max_new_tokens=300, ignore_eos=True))
+    wait_for(lambda: eng.scheduler.slots.n_busy == 1)
+    queued = run(eng, req("b", max_new_tokens=5))
+    stopper = threading.Thread(target=eng.stop, kwargs={"drain_s": 0.0})
+    stopper.start()
+    wait_for(lambda: not eng._accepting)
+    with pytest.raises(EngineStopped):
+        eng.submit(req("c"), Collector())
+    runner.gated = False
+    runner.release(1000)
+    stopper.join(10)
+    assert running.wait().finish_reason is FinishReason.CANCELLED
+    assert queued.wait().finish_reason is FinishReason.CANCELLED
+
+
+def test_a_failed_step_fails_its_requests_and_the_engine_goes_on() -> None:
+    with engine(SchedulerConfig(block_size=4)) as (eng, runner):
+        runner.gated = True
+        a = run(eng, req("first request", max_new_tokens=5))
+        b = run(eng, req("second request", max_new_tokens=5))
+        wait_for(lambda: eng.scheduler.slots.n_busy == 2)
+        runner.fail_next = True
+        runner.gated = False
+        runner.release(1000)
+        for c in (a, b):
+            final = c.wait()
+            assert final.finish_reason is FinishReason.ERROR and final.error
+        assert eng.stats.requests_failed == 2 and eng.scheduler.slots.cached_blocks == 0
+        again = run(eng, req("first request", max_new_tokens=5)).wait()
+        assert again.finish_reason is FinishReason.LENGTH and again.cached_tokens == 0
+
+
+def test_a_failing_sink_loses_only_its_own_output() -> None:
+    def bad(out: RequestOutput) -> None:
+        raise RuntimeError("listener gone wrong")
+
+    with engine() as (eng, _):
+        eng.submit(req("a", max_new_tokens=3), bad)
+        ok = run(eng, req("b", max_new_tokens=3)).wait()
+        assert ok.finish_reason is FinishReason.LENGTH
+        wait_for(lambda: eng.stats.requests_finished == 2)
+
+
+def test_stop_strings_end_the_request_and_free_the_slot() -> None:
+    with engine() as (eng, _):
+        probe = run(eng, req("stop test", max_new_tokens=20, temperature=0.0))
+        probe.wait()
+        text = probe.text
+        assert len(text) > 6
+        stop = text[3:5]
+        final = run(eng, req("stop test", max_new_tokens=20, temperature=0.0, stop=(stop,)))
+        out = final.wait()
+        assert out.finish_reason is FinishReason.STOP and final.text == text[: text.index(stop)]
+        wait_for(lambda: eng.scheduler.slots.n_busy == 0)
+
+
+def test_metrics_cover_latency_prefix_hits_and_kv_usage() -> None:
+    with engine(SchedulerConfig(block_size=8)) as (eng, runner):
+        runner.gated = True
+        c = run(eng, req("y" * 40, max_new_tokens=30, ignore_eos=True))
+        runner.release(3)
+        wait_for(lambda: runner.steps == 3)
+        snap = eng.stats.snapshot()
+        assert snap["running"] == 1 and snap["kv_tokens_used"] == 41 + 2
+        assert 0 < snap["kv_usage"] < 1 and snap["kv_tokens_total"] == 4 * 512
+        runner.gated = False
+        runner.release(1000)
+        c.wait()
+        run(eng, req("y" * 40, max_new_tokens=3)).wait()
+        snap = eng.stats.snapshot()
+    for key in ("ttft_s_p50", "ttft_s_p95", "queue_s_p50", "itl_s_p50", "step_s_p95"):
+        assert snap[key] > 0, key
+    assert snap["prefix_lookups"] == 2 and snap["prefix_hits"] == 1 and snap["cached_tokens"] == 40
+    assert snap["generated_tokens"] == 33 and snap["requests_finished"] == 2 and snap["kv_tokens_used"] == 0
+    assert snap["prefix_cached_blocks"] >= 5
+
+
+def test_async_stream_aborts_when_the_consumer_leaves() -> None:
+    async def main(eng: Engine) -> list[RequestOutput]:
+        got: list[RequestOutput] = []
+        async for out in AsyncEngine(eng).stream(req("s", max_new_tokens=400, ignore_eos=True)):
+            got.append(out)
+            if len(got) == 3:
+                break
+        return got
+
+    with engine() as (eng, _):
+        got = asyncio.run(main(eng))
+        assert len(got) == 3 and not got[-1].finished
+        wait_for(lambda: eng.stats.requests_cancelled == 1 and not eng.scheduler.has_work)
+        assert eng.stats.generated_tokens < 400
