@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import median, sluicegate_server  # noqa: E402
+from bench.common import median, sluicegate_server
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -31,8 +32,6 @@ async def unless_disconnected(receive: Receive, work: Coroutine[Any, Any, T]) ->
     if task in done:
         return task.result()
     task.cancel()
-    try:
+    with contextlib.suppress(BaseException):  # the result no longer matters
         await task
-    except BaseException:  # noqa: BLE001 - the result no longer matters
-        pass
     raise ClientDisconnected
