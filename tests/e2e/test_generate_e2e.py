@@ -93,7 +93,7 @@ def _service_results(server: Server, requests: list[dict]) -> list[dict]:
     return out
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_fidelity_http_equals_engine_in_another_process(server: Server) -> None:
     requests = [
         {"prompt": p, "max_new_tokens": 24, "temperature": 0.0} for p in PROMPTS
@@ -103,7 +103,7 @@ def test_fidelity_http_equals_engine_in_another_process(server: Server) -> None:
     served = _service_results(server, requests)
     proc = subprocess.run(
         [sys.executable, str(HERE / "direct_engine.py")], input=json.dumps({"requests": requests}),
-        capture_output=True, text=True, timeout=500, check=True,
+        capture_output=True, text=True, timeout=800, check=True,
     )
     direct = json.loads(proc.stdout)
     assert len(direct) == len(served) == 40
