@@ -72,9 +72,7 @@ def test_chat_completion_shape(client: TestClient) -> None:
     assert isinstance(choice["message"]["content"], str) and choice["logprobs"] is None
     assert choice["finish_reason"] in ("stop", "length")
     u = body["usage"]
-    assert (
-        u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] and 1 <= u["completion_tokens"] <= 6
-    )
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] and 1 <= u["completion_tokens"] <= 6
     assert "cached_tokens" in u["prompt_tokens_details"]
 
 
@@ -197,11 +195,7 @@ def test_named_tool_call(client: TestClient) -> None:
     c = body["choices"][0]
     assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None
     (call,) = c["message"]["tool_calls"]
-    assert (
-        call["type"] == "function"
-        and call["id"].startswith("call_")
-        and call["function"]["name"] == "weather"
-    )
+    assert call["type"] == "function" and call["id"].startswith("call_") and call["function"]["name"] == "weather"
     jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER)
     chunks = sse(chat(client, max_tokens=64, seed=2, tools=TOOLS, tool_choice=choice, stream=True).text)
     first = chunks[0]["choices"][0]["delta"]
@@ -223,12 +217,8 @@ def test_required_tool_call(client: TestClient) -> None:
         (call,) = c["message"]["tool_calls"]
         schema = {"weather": WEATHER, "clock": TIME}[call["function"]["name"]]
         jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
-        chunks = sse(
-            chat(client, max_tokens=80, seed=seed, tools=TOOLS, tool_choice="required", stream=True).text
-        )
-        calls = [
-            d["tool_calls"][0] for ch in chunks[:-1] if (d := ch["choices"][0]["delta"]).get("tool_calls")
-        ]
+        chunks = sse(chat(client, max_tokens=80, seed=seed, tools=TOOLS, tool_choice="required", stream=True).text)
+        calls = [d["tool_calls"][0] for ch in chunks[:-1] if (d := ch["choices"][0]["delta"]).get("tool_calls")]
         assert len(calls) == 1 and calls[0]["function"] == call["function"]
 
 
@@ -403,9 +393,22 @@ def test_error_statuses() -> None:
 def test_user_is_recorded_with_the_request(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("INFO", logger="sluicegate.openai"):
         r = chat(client, max_tokens=1, user="user-42", safety_identifier="sid-7")
-        client.post(
-            "/v1/completions", json={"model": "reference", "prompt": "x", "max_tokens": 1, "user": "u-9"}
-        )
+        client.post("/v1/completions", json={"model": "reference", "prompt": "x", "max_tokens": 1, "user": "u-9"})
     lines = [rec.getMessage() for rec in caplog.records if rec.name == "sluicegate.openai"]
     assert f"{r.headers['x-request-id']} user='user-42' safety_identifier='sid-7'" in lines
     assert any(line.endswith("user='u-9'") for line in lines)
+
+
+def test_a_length_cut_inside_a_character_drops_the_partial_character(client: TestClient) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"s": {"const": "日本"}},
+        "required": ["s"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
+    body = chat(client, max_tokens=8, seed=1, response_format=fmt).json()  # `{"s": "` is 7 bytes, 日 is 3
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "length" and choice["message"]["content"] == '{"s": "'
+    chunks = sse(chat(client, max_tokens=8, seed=1, response_format=fmt, stream=True).text)
+    assert streamed_text(chunks) == '{"s": "'

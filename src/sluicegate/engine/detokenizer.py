@@ -20,7 +20,10 @@ class IncrementalDetokenizer:
         return self._decoder.decode(self._token_bytes(token_id))
 
     def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
+        """The sequence ended. Bytes still held are the start of a character that never came (a length limit
+        cut it): they are dropped, not shown as U+FFFD; they stay in the token ids."""
+        self._decoder.reset()
+        return ""
 
 
 def decode_all(token_bytes: Callable[[int], bytes], token_ids: Sequence[int]) -> str:
