@@ -65,28 +65,21 @@ def reference_server() -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def model_server() -> Iterator[Server]:
+def model_server(threads: int | None = None) -> Iterator[Server]:
     port = free_port()
+    args = ["--port", str(port), "--slots", "4", "--log-level", "warning"]
+    if threads is not None:
+        args += ["--threads", str(threads)]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sluicegate",
-            "serve",
-            "--port",
-            str(port),
-            "--slots",
-            "4",
-            "--log-level",
-            "warning",
-        ],
+        [sys.executable, "-m", "sluicegate", "serve", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, "/readyz", proc)
-        yield Server("SmolLM2-135M Q4_1 (llama.cpp)", url, proc.pid, 2048)
+        name = "SmolLM2-135M Q4_1 (llama.cpp" + (f", {threads} thread" if threads else "") + ")"
+        yield Server(name, url, proc.pid, 2048)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -228,13 +221,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--only", choices=("reference", "model"), default=None)
+    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads for the model server")
     ap.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
     args = ap.parse_args()
     out = [
         HEADING,
         "",
         "Command: `flock /tmp/sluicegate-bench.lock .venv/bin/python bench/interface.py"
-        f"{' --runs ' + str(args.runs) if args.runs != 300 else ''}{' --write' if args.write else ''}`. "
+        f"{' --runs ' + str(args.runs) if args.runs != 300 else ''}"
+        f"{' --only ' + args.only if args.only else ''}{' --threads ' + str(args.threads) if args.threads else ''}"
+        f"{' --write' if args.write else ''}`. "
         f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work, Python "
         f"{platform.python_version()}; one request at a time over a keep-alive socket on 127.0.0.1; server "
         "stages from its Server-Timing header. Targets: interface under 1 ms median, a refusal under 2 ms.",
@@ -244,7 +240,7 @@ def main() -> None:
         with reference_server() as srv:
             out += run(srv, args.runs)
     if args.only in (None, "model"):
-        with model_server() as srv:
+        with model_server(args.threads) as srv:
             out += run(srv, args.runs)
     text = "\n".join(out)
     print(text)
