@@ -3,14 +3,14 @@
     .venv/bin/python bench/determinism.py                 # the runner as the server uses it
     .venv/bin/python bench/determinism.py --flash-attn    # the same checks with flash attention on
 
-Each check compares float32 logits with `np.array_equal` (no tolerance):
-  chunking   a 900-token prompt prefilled in random chunk sizes vs. in 64-token blocks
+Each check compares float32 logits with `np.array_equal` (no tolerance), through `LlamaCppRunner`:
+  chunking   a 900-token prompt prefilled in random chunks of >= 2 tokens vs. in 64-token blocks
+  one-token  the same, with one-token pieces among the chunks (what the scheduler never does)
   company    a sequence decoding alone vs. next to neighbouring slots (shorter and longer contexts)
-  shared     a prompt chunk in the same llama_decode as neighbours' decode tokens (llama.cpp then splits
-             the chunk into micro-batches) vs. alone
+  shared     a prompt chunk in the same step as neighbours' decode tokens vs. alone
+  reuse      a prompt whose first blocks were copied from another slot (prefix cache) vs. computed
   decoded    logits after tokens fed one per step (decode) vs. the same tokens prefilled as a prompt
-             (what makes generated tokens reusable by the prefix cache)
-and then times a 512-token prefill and a 16-sequence decode step. docs/engine.md quotes the results.
+and then times a 512-token prefill and a decode step of 8 sequences. docs/engine.md quotes the results.
 """
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ def main() -> None:
     prompt = [int(t) for t in rng.integers(100, 40_000, size=900)]
     other = [int(t) for t in rng.integers(100, 40_000, size=1800)]
     results: list[tuple[str, int, int, float]] = []
+    mode = "flash attention ON" if args.flash_attn else "flash attention off (the server's setting)"
+    print(f"\n{mode}\n", flush=True)
+    print("| check | bit-identical | max abs diff |\n|---|---|---|", flush=True)
+
+    def report(name: str, ok: int, total: int, diff: float) -> None:
+        results.append((name, ok, total, diff))
+        print(f"| {name} | {ok}/{total} | {diff:.3g} |", flush=True)
 
     def fill(slot: int, ids: list[int], start: int = 0) -> None:
         pos = start
@@ -54,18 +61,27 @@ def main() -> None:
     def blocks(n: int, size: int = 64) -> list[int]:
         return [*range(0, n, size), n]
 
-    # chunking --------------------------------------------------------------------------------------------
+    # chunking ------------------------------------------------------------------------------------------
     base = prefill(0, prompt, blocks(len(prompt)))
-    same, worst = 0, 0.0
-    cases = 12
-    for _ in range(cases):
+
+    def random_chunks(sizes: list[int]) -> list[int]:
         bounds = [0]
         while bounds[-1] < len(prompt):
-            bounds.append(min(len(prompt), bounds[-1] + int(rng.choice([1, 7, 33, 64, 100, 250, 512]))))
-        got = prefill(0, prompt, bounds)
-        same += bool(np.array_equal(base, got))
-        worst = max(worst, float(np.max(np.abs(base - got))))
-    results.append(("chunking: random chunk sizes vs 64-token blocks", same, cases, worst))
+            nxt = min(len(prompt), bounds[-1] + int(rng.choice(sizes)))
+            if len(prompt) - nxt == 1:
+                nxt = len(prompt)
+            bounds.append(nxt)
+        return bounds
+
+    variants = (("chunking: random chunks of >= 2 tokens vs 64-token blocks", [2, 7, 33, 64, 100, 250, 512]),
+                ("one-token: random chunks including one-token pieces", [1, 1, 7, 64, 250]))
+    for label, sizes in variants:
+        same, worst, cases = 0, 0.0, 12
+        for _ in range(cases):
+            got = prefill(0, prompt, random_chunks(sizes))
+            same += bool(np.array_equal(base, got))
+            worst = max(worst, float(np.max(np.abs(base - got))))
+        report(label, same, cases, worst)
 
     # company ---------------------------------------------------------------------------------------------
     def decode_with(neighbours: dict[int, int], steps: int = 6, at: int = 700) -> list[np.ndarray]:
@@ -94,7 +110,7 @@ def main() -> None:
                 same += bool(np.array_equal(a, b))
                 worst = max(worst, float(np.max(np.abs(a - b))))
                 n += 1
-        results.append((f"company: decode at position {at}, alone vs with neighbours", same, n, worst))
+        report(f"company: decode at position {at}, alone vs with neighbours", same, n, worst)
 
     # shared ----------------------------------------------------------------------------------------------
     same, worst, n = 0, 0.0, 0
@@ -112,7 +128,21 @@ def main() -> None:
             same += bool(np.array_equal(solo, got))
             worst = max(worst, float(np.max(np.abs(solo - got))))
             n += 1
-    results.append(("shared: prompt chunk next to neighbours' decode tokens vs alone", same, n, worst))
+    report("shared: prompt chunk next to neighbours' decode tokens vs alone", same, n, worst)
+
+    # reuse -----------------------------------------------------------------------------------------------
+    same, worst, n = 0, 0.0, 0
+    for shared_len, total in ((64, 300), (384, 700), (512, 900)):
+        cold = prefill(0, prompt[:total], [*range(0, total, 400), total])
+        r.clear(1)
+        fill(1, prompt[:shared_len] + other[:300])  # another request with the same first blocks
+        r.copy(1, 2)
+        r.truncate(2, shared_len)
+        got = r.execute([BatchItem(2, prompt[shared_len:total], shared_len, True)])[0]
+        same += bool(np.array_equal(cold, got))
+        worst = max(worst, float(np.max(np.abs(cold - got))))
+        n += 1
+    report("reuse: prefix copied from another slot, the rest prefilled vs all prefilled", same, n, worst)
 
     # decoded ---------------------------------------------------------------------------------------------
     at, steps = 400, 80
@@ -128,16 +158,10 @@ def main() -> None:
     checks = list(range(0, steps, 9))
     for k in checks:
         n_tokens = at + k + 1
-        got = prefill(1, seq[:n_tokens], blocks(n_tokens, 64))
+        got = prefill(1, seq[:n_tokens], [0, 200, n_tokens])
         same += bool(np.array_equal(decoded[k], got))
         worst = max(worst, float(np.max(np.abs(decoded[k] - got))))
-    results.append(("decoded: tokens decoded one by one vs prefilled as a prompt", same, len(checks), worst))
-
-    mode = "flash attention ON" if args.flash_attn else "flash attention off (the server's setting)"
-    print(f"\n{mode}\n")
-    print("| check | bit-identical | max abs diff |\n|---|---|---|")
-    for name, ok, total, diff in results:
-        print(f"| {name} | {ok}/{total} | {diff:.3g} |")
+    report("decoded: tokens decoded one by one vs prefilled as a prompt", same, len(checks), worst)
 
     # timing ----------------------------------------------------------------------------------------------
     t0 = time.perf_counter()

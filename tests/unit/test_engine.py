@@ -36,6 +36,7 @@ class Runner(ReferenceRunner):
         self.permits = threading.Semaphore(0)
         self.steps = 0
         self.fail_next = False
+        self.delay = 0.0  # seconds each step takes at least
         self.batches: list[list[tuple[int, int, int]]] = []
 
     def execute(self, batch: Sequence[BatchItem]) -> Logits:
@@ -46,6 +47,8 @@ class Runner(ReferenceRunner):
             self.fail_next = False
             raise RuntimeError("boom")
         out = super().execute(batch)
+        if self.delay:
+            time.sleep(self.delay)
         self.steps += 1
         return out
 
@@ -161,12 +164,14 @@ def test_reused_prefix_is_reported_and_changes_nothing() -> None:
         cold = run(eng, req(prompt, max_new_tokens=12, temperature=0.0))
         assert cold.wait().cached_tokens == 0
         warm = run(eng, req(prompt, max_new_tokens=12, temperature=0.0))
-        assert warm.wait().cached_tokens == (len(prompt) // 16) * 16  # BOS + prompt, less the last token
+        n_prompt = len(prompt) + 1  # BOS
+        assert warm.wait().cached_tokens == ((n_prompt - 2) // 16) * 16  # whole blocks, two tokens left
         assert warm.tokens == cold.tokens
-        # a follow-up turn repeats the answer: its blocks come from the cache too
+        # a follow-up turn repeats the answer, but only prompt blocks are reused: decoded tokens' KV is not
+        # what a prefill of the same tokens computes (docs/engine.md)
         follow = [256, *prompt.encode(), *cold.tokens, *b" and then?"]
         turn = run(eng, req(follow, max_new_tokens=8, temperature=0.0))
-        assert turn.wait().cached_tokens > len(prompt) + 1 - 16
+        assert turn.wait().cached_tokens == warm.wait().cached_tokens
         assert eng.stats.cached_tokens == warm.wait().cached_tokens + turn.wait().cached_tokens
     with engine() as (fresh, _):
         again = run(fresh, req(follow, max_new_tokens=8, temperature=0.0))
@@ -214,7 +219,8 @@ def _last_id(eng: Engine) -> str:
 
 @pytest.mark.parametrize("phase", ["queued", "decode"])
 def test_a_deadline_cancels_the_request(phase: str) -> None:
-    with engine(n_slots=1) as (eng, _):
+    with engine(n_slots=1) as (eng, runner):
+        runner.delay = 0.002  # 400 tokens take at least 0.8 s
         if phase == "queued":
             blocker = run(eng, req("block", max_new_tokens=400, ignore_eos=True))
         victim = run(eng, req("v", max_new_tokens=400, ignore_eos=True, deadline=time.monotonic() + 0.05))
@@ -323,9 +329,9 @@ def test_metrics_cover_latency_prefix_hits_and_kv_usage() -> None:
         runner.gated = True
         c = run(eng, req("y" * 40, max_new_tokens=30, ignore_eos=True))
         runner.release(3)
-        wait_for(lambda: runner.steps == 3)
+        wait_for(lambda: eng.stats.snapshot()["kv_tokens_used"] == 41 + 2)  # prompt, then two decode steps
         snap = eng.stats.snapshot()
-        assert snap["running"] == 1 and snap["kv_tokens_used"] == 41 + 2
+        assert snap["running"] == 1 and runner.steps == 3
         assert 0 < snap["kv_usage"] < 1 and snap["kv_tokens_total"] == 4 * 512
         runner.gated = False
         runner.release(1000)
@@ -334,7 +340,8 @@ def test_metrics_cover_latency_prefix_hits_and_kv_usage() -> None:
         snap = eng.stats.snapshot()
     for key in ("ttft_s_p50", "ttft_s_p95", "queue_s_p50", "itl_s_p50", "step_s_p95"):
         assert snap[key] > 0, key
-    assert snap["prefix_lookups"] == 2 and snap["prefix_hits"] == 1 and snap["cached_tokens"] == 40
+    # 41 prompt tokens: reuse stops two tokens short of the end, at a block boundary
+    assert snap["prefix_lookups"] == 2 and snap["prefix_hits"] == 1 and snap["cached_tokens"] == 32
     assert snap["generated_tokens"] == 33 and snap["requests_finished"] == 2 and snap["kv_tokens_used"] == 0
     assert snap["prefix_cached_blocks"] >= 5
 

@@ -104,20 +104,30 @@ def test_eviction_prefers_empty_slots_then_least_recently_used() -> None:
     assert hit is not None and hit.slot == slots[0] and hit.reused_tokens == B
 
 
-def test_generated_tokens_become_reusable_blocks() -> None:
+def test_recording_extends_the_chain_block_by_block() -> None:
     t = SlotTable(2, B)
-    prompt = ids(6)
+    prompt = ids(14)
     a = t.acquire(prompt)
     assert a is not None
     t.record(a.slot, prompt, 6)
     assert t.n_blocks(a.slot) == 1
-    generated = [*prompt, 40, 41, 42, 43, 44]
-    t.record(a.slot, generated, 10)  # positions 0..9 computed (the last sampled token is not fed yet)
-    assert t.n_blocks(a.slot) == 2
+    t.record(a.slot, prompt, 13)
+    assert t.keys(a.slot) == tuple(block_keys(prompt, B))
     t.release(a.slot)
-    follow_up = [*generated, 60, 61, 62]  # a next chat turn repeats the answer
-    b = t.acquire(follow_up)
-    assert b is not None and b.reused_tokens == 2 * B
+    b = t.acquire([*prompt, 60, 61, 62])
+    assert b is not None and b.reused_tokens == 3 * B
+
+
+def test_reuse_leaves_two_prompt_tokens_to_compute() -> None:
+    t = SlotTable(2, B)
+    prompt = ids(9)
+    a = t.acquire(prompt)
+    assert a is not None
+    t.record(a.slot, prompt, 9)
+    t.release(a.slot)
+    # 9 tokens = two blocks and one; reusing both blocks would leave one token, a one-token chunk
+    again = t.acquire(prompt)
+    assert again is not None and again.reused_tokens == B
 
 
 def test_failed_slots_drop_their_cache() -> None:

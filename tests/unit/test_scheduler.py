@@ -80,6 +80,22 @@ def test_a_long_prompt_is_prefilled_in_chunks_that_continue_each_other() -> None
     assert long.output_ids == [5]  # logits only at the prompt's last chunk
 
 
+def test_no_prompt_chunk_is_a_single_token() -> None:
+    s = make(n_slots=3, max_batch_tokens=64, min_prefill_chunk=1)
+    runner_up = seq(3, max_new=100)
+    s.add(runner_up)
+    step(s)
+    q = seq(64)  # 63 tokens of budget would leave exactly one behind
+    s.add(q)
+    sizes = []
+    while q.in_prefill:
+        sizes += [len(c.token_ids) for c in step(s).chunks if c.seq is q]
+    assert sizes == [62, 2]
+    lone = seq(1)  # a one-token prompt can only be computed as one token
+    s.add(lone)
+    assert [len(c.token_ids) for c in step(s).chunks if c.seq is lone] == [1]
+
+
 def test_only_the_last_chunk_of_a_prompt_asks_for_logits() -> None:
     s = make(n_slots=1, max_batch_tokens=32)
     q = seq(70)
@@ -104,14 +120,20 @@ def test_a_request_waits_for_a_free_slot_and_takes_it_the_step_it_frees() -> Non
 
 
 def test_small_leftover_budget_does_not_start_a_prompt() -> None:
-    s = make(n_slots=8, max_batch_tokens=20, min_prefill_chunk=16)
-    for _ in range(6):
-        s.add(seq(2, max_new=50))
-    step(s)  # six 2-token prompts: 12 tokens
+    s = make(n_slots=3, max_batch_tokens=40, min_prefill_chunk=16)
+    decoder = seq(2, max_new=50)
+    s.add(decoder)
+    step(s)
+    long = seq(69)
+    s.add(long)
+    step(s)  # 1 decode token + 39 prompt tokens: 30 left
     late = seq(40)
     s.add(late)
-    out = step(s)  # 6 decode tokens leave 14 < 16
-    assert late.status is SeqStatus.WAITING and all(len(c.token_ids) == 1 for c in out.chunks)
+    out = step(s)  # 1 + 30 leaves 9 < 16: the late prompt waits rather than start with 9 tokens
+    assert late.status is SeqStatus.WAITING and not long.in_prefill
+    assert sum(len(c.token_ids) for c in out.chunks) == 31
+    out = step(s)
+    assert [len(c.token_ids) for c in out.chunks if c.seq is late] == [38]  # 40 - 2 decode tokens
 
 
 def test_eos_ends_a_sequence_unless_ignored() -> None:
@@ -265,7 +287,9 @@ def test_no_sequence_starves_under_random_load() -> None:
             all_seqs.append(q)
         if rng.random() < 0.02 and s.running:
             s.finish(rng.choice(s.running), FinishReason.CANCELLED, now)
-        step(s, now=now, token=rng.choice([5, 6, 7]))
+        out = step(s, now=now, token=rng.choice([5, 6, 7]))
+        assert all(len(c.token_ids) >= 2 or c.start_pos >= c.seq.prompt_len - 1 for c in out.chunks)
+        assert all(len(c.token_ids) >= 2 for c in out.chunks if c.start_pos < c.seq.prompt_len > 1)
         check_invariants(s)
     assert not s.has_work
     assert all(q.status is SeqStatus.FINISHED for q in all_seqs)

@@ -7,9 +7,9 @@ The context is sized `n_ctx * n_slots`, so each slot sees a window of `n_ctx` po
 Flash attention is off: ggml's CPU flash-attention kernel picks one of three code paths per micro-batch
 (split-KV for a lone one-token sequence over >= 512 cached positions, tiled for >= 64 query rows, one row at
 a time otherwise), and they round differently, so a token's logits changed with how its prompt was chunked
-and with whether a neighbouring slot shared its micro-batch. With the plain attention path every token is
-computed bit-identically whatever the chunking and the company (docs/engine.md has the measurements;
-`bench/determinism.py` reproduces them).
+and with whether a neighbouring slot shared its micro-batch. With the plain attention path a token's numerics
+depend only on whether its sequence had one token or several in the micro-batch, which `execute` and the
+scheduler keep fixed (docs/engine.md has the measurements; `bench/determinism.py` reproduces them).
 """
 
 from __future__ import annotations
@@ -157,37 +157,51 @@ class LlamaCppRunner:
         return self._piece(token_id, True).decode("utf-8", errors="replace")
 
     def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        """One step, as at most two `llama_decode` calls that fix how each item is split into micro-batches.
+
+        With one KV stream per slot, llama.cpp splits a batch into micro-batches of *consecutive* sequence ids
+        taking the same number of tokens from each (llama_batch_allocr::split_equal). A prompt chunk next to
+        a neighbour's one decode token would be split into a 1-token piece and the rest, and a token computed
+        as its sequence's only token in a micro-batch rounds differently from one computed with others of its
+        sequence (docs/engine.md). So: one call with every single-token item, in slot order (consecutive busy
+        slots share one pass over the weights), then one with every longer item in *descending* slot order,
+        which llama.cpp cannot chain, so each chunk is computed whole in its own micro-batch.
+        """
         if sum(len(item.token_ids) for item in batch) > self._limits.n_batch:
             raise ValueError(f"a step carries at most {self._limits.n_batch} tokens")
+        out = np.empty((sum(item.want_logits for item in batch), self._n_vocab), dtype=np.float32)
+        out_row = {k: i for i, k in enumerate(k for k, item in enumerate(batch) if item.want_logits)}
+        by_slot = sorted(range(len(batch)), key=lambda k: batch[k].slot)
+        singles = [k for k in by_slot if len(batch[k].token_ids) == 1]
+        chunks = [k for k in reversed(by_slot) if len(batch[k].token_ids) > 1]
+        for group in (singles, chunks):
+            if group:
+                self._decode([batch[k] for k in group], [out_row.get(k) for k in group], out)
+        return out
+
+    def _decode(self, items: Sequence[BatchItem], rows: Sequence[int | None], out: Logits) -> None:
         b = self._batch
         n = 0
-        row_of: dict[int, int] = {}  # item index -> batch row whose logits it wants
-        # Items in slot order: with one KV stream per slot, llama.cpp splits a batch into micro-batches of
-        # consecutive sequence ids (llama_batch_allocr::split_equal), each a separate pass over the weights;
-        # slot order keeps busy neighbouring slots in one micro-batch.
-        for k in sorted(range(len(batch)), key=lambda i: batch[i].slot):
-            item = batch[k]
+        wanted: list[tuple[int, int]] = []  # (batch position, output row)
+        for item, row in zip(items, rows, strict=True):
             last = len(item.token_ids) - 1
             for j, tok in enumerate(item.token_ids):
                 b.token[n] = tok
                 b.pos[n] = item.start_pos + j
                 b.n_seq_id[n] = 1
                 b.seq_id[n][0] = item.slot
-                want = item.want_logits and j == last
+                want = row is not None and j == last
                 b.logits[n] = want
                 if want:
-                    row_of[k] = n
+                    assert row is not None
+                    wanted.append((n, row))
                 n += 1
         b.n_tokens = n
         rc = L.llama_decode(self._ctx, b)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
-        rows = [row_of[k] for k in range(len(batch)) if k in row_of]
-        out = np.empty((len(rows), self._n_vocab), dtype=np.float32)
-        for k, row in enumerate(rows):
-            ptr = L.llama_get_logits_ith(self._ctx, row)
-            out[k] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
-        return out
+        for pos, row in wanted:
+            out[row] = np.ctypeslib.as_array(L.llama_get_logits_ith(self._ctx, pos), shape=(self._n_vocab,))
 
     def clear(self, slot: int) -> None:
         L.llama_memory_seq_rm(self._mem, slot, -1, -1)

@@ -1,17 +1,17 @@
 """Slot table and prefix cache: which slot holds which token blocks, and what a new prompt can reuse.
 
-A slot is one sequence's KV stream (see backends/base.py). Token ids are cut into fixed blocks of
+A slot is one sequence's KV stream (see backends/base.py). Prompt token ids are cut into fixed blocks of
 `block_size` at absolute positions 0, B, 2B, ...; each full block is addressed by a hash chain (a block's
 key covers every token before it, so equal keys mean equal prefixes). A slot remembers the keys of the
-blocks its KV holds: prompt blocks as they are prefilled, and blocks of generated tokens as they are
-decoded (a multi-turn chat's next prompt repeats the previous answer, so those blocks are worth keeping).
-This is sound only because the runner computes a token's KV bit-identically however the tokens were
-chunked into steps (measured for llama.cpp in docs/engine.md); reuse never changes a request's output.
+prompt blocks its KV holds, as they are prefilled (the scheduler publishes them; generated tokens are
+never published, see Scheduler._record_blocks). This is sound because the runner computes a prompt token's
+KV bit-identically however the prompt was chunked (docs/engine.md): reuse never changes an output.
 
 A request takes a slot: the free slot holding its longest cached prefix (reused in place, tail truncated),
 or else a free slot into which the best busy slot's stream is copied and truncated, or else an empty slot,
 or else the least recently used free slot (its cache is evicted). Reuse is whole blocks only and always
-leaves at least the last prompt token to compute, since its logits give the first generated token.
+leaves at least the last two prompt tokens to compute: the last one's logits give the first generated
+token, and a one-token chunk would round differently from the same token computed in a longer one.
 
 Keys are BLAKE2b digests, not Python's `hash`: a crafted collision would hand one tenant another
 tenant's KV.
@@ -111,7 +111,7 @@ class SlotTable:
         if not free:
             return None
         self.lookups += 1
-        wanted = block_keys(prompt_ids[: max(len(prompt_ids) - 1, 0)], self.block_size)
+        wanted = block_keys(prompt_ids[: max(len(prompt_ids) - 2, 0)], self.block_size)
         best_slot, best_n = -1, 0
         for i, s in enumerate(self._slots):
             n = _common_prefix(s.keys, wanted)
@@ -141,7 +141,7 @@ class SlotTable:
         return Acquired(dst, best_n * self.block_size, ops)
 
     def record(self, slot: int, token_ids: Sequence[int], n_computed: int) -> None:
-        """The slot's KV now holds `token_ids[:n_computed]`: make its newly completed blocks reusable."""
+        """The slot's KV holds `token_ids[:n_computed]`, all prefilled: make its new whole blocks reusable."""
         s = self._slots[slot]
         if (len(s.keys) + 1) * self.block_size > n_computed:
             return

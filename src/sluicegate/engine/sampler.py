@@ -4,9 +4,10 @@ Determinism: a seeded stream draws step `i` from `default_rng([seed, i])`, which
 seed and the step, so the same request gives the same tokens alone, batched, or in another process. Every
 choice below is a pure function of the row's logits and that draw (ties go to the lower token id).
 
-Cost: greedy rows are one vectorised argmax; plain temperature rows (no top-k/top-p/min-p) are one
-vectorised softmax-and-cumsum over all such rows; filtered rows use a partition (O(vocab)), never a full sort
-of the vocabulary, unless top-p needs more than the 1,024 most likely tokens.
+Cost: greedy rows are one vectorised argmax. A sampled row costs O(vocab) comparisons and one float32
+exponential per surviving candidate: top-k and min-p are thresholds on the logits (a partition, never a
+sort of the vocabulary) and top-p sorts only the most likely candidates. Filters apply in the order
+temperature, top-k, min-p, top-p, each to the survivors of the one before.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import numpy.typing as npt
 from sluicegate.engine.types import Constraint, SamplingParams, TokenLogprob
 
 F32 = npt.NDArray[np.float32]
-F64 = npt.NDArray[np.float64]
 Ids = npt.NDArray[np.intp]
 
 
@@ -56,59 +56,61 @@ def _log_softmax(x: F32) -> F32:
     return shifted - np.log(np.sum(np.exp(shifted)))  # type: ignore[no-any-return]
 
 
-def _top(p: F64, cand: Ids, k: int) -> Ids:
-    """The `k` most likely of `cand`, ordered by probability (descending), ties by lower id."""
-    if k < len(cand):
-        vals = p[cand]
-        kth = np.partition(vals, len(vals) - k)[len(vals) - k]
-        above = cand[vals > kth]
-        cand = np.concatenate((above, cand[vals == kth][: k - len(above)]))
-    return cand[np.lexsort((cand, -p[cand]))]
+_CUTOFF = 40.0  # a token less likely than e^-40 times the most likely one is never drawn (mass < 1e-12)
 
 
-def _filtered(x: F64, p: SamplingParams) -> tuple[Ids, F64]:
-    """Candidates after top-k, top-p and min-p, in id order, with their (unnormalised) probabilities.
+def _top(probs: F32, k: int) -> Ids:
+    """Indices of the `k` largest of `probs`, by probability (descending), ties by lower index."""
+    idx: Ids
+    if k < len(probs):
+        kth = np.partition(probs, len(probs) - k)[len(probs) - k]
+        above = np.flatnonzero(probs > kth)
+        idx = np.concatenate((above, np.flatnonzero(probs == kth)[: k - len(above)]))
+    else:
+        idx = np.arange(len(probs))
+    return idx[np.lexsort((idx, -probs[idx]))]
 
-    `x` holds temperature-scaled logits. Top-p counts mass within the top-k set; min-p is relative to the
-    most likely token. All three keep a prefix of the probability-ordered vocabulary, so they commute.
+
+def _filtered(x: F32, p: SamplingParams) -> tuple[Ids, F32]:
+    """Candidates in id order with their unnormalised probabilities, after top-k, min-p and top-p in turn.
+
+    Top-k and min-p are thresholds on the logits (no exponentials over the vocabulary); top-p takes the
+    most likely survivors until their share of the survivors' mass reaches `top_p`, trying the top 64, then
+    1,024, before it sorts them all.
     """
-    probs = np.exp(x - np.max(x))
-    cand = np.flatnonzero(probs > 0.0)
-    if p.top_k > 0:
-        cand = _top(probs, cand, p.top_k)
+    t = p.temperature
+    m = float(np.max(x))
+    floor = m - _CUTOFF * t
     if p.min_p > 0.0:
-        cand = cand[probs[cand] >= p.min_p]  # the maximum is exactly 1.0
+        floor = max(floor, m + t * float(np.log(p.min_p)))
+    kth = None
+    if 0 < p.top_k < len(x):
+        kth = float(np.partition(x, len(x) - p.top_k)[len(x) - p.top_k])
+        floor = max(floor, kth)
+    cand = np.flatnonzero(x >= floor)
+    if kth is not None and len(cand) > p.top_k:  # ties at the k-th value: the lower ids stay
+        vals = x[cand]
+        above = cand[vals > kth]
+        cand = np.sort(np.concatenate((above, cand[vals == kth][: p.top_k - len(above)])))
+    probs = np.exp((x[cand] - np.float32(m)) * np.float32(1.0 / t))
     if p.top_p < 1.0:
-        total = float(probs[cand].sum())
-        for m in (64, 1024, len(cand)):
-            head = _top(probs, cand, min(m, len(cand)))
-            cum = np.cumsum(probs[head]) / total
+        total = float(probs.sum(dtype=np.float64))
+        for size in (64, 1024, len(cand)):
+            head = _top(probs, min(size, len(cand)))
+            cum = np.cumsum(probs[head], dtype=np.float64) / total
             if cum[-1] >= p.top_p or len(head) == len(cand):
                 break
-        cand = head[: int(np.searchsorted(cum, p.top_p, side="left")) + 1]
-    cand = np.sort(cand)
-    return cand, probs[cand]
+        keep = np.sort(head[: int(np.searchsorted(cum, p.top_p, side="left")) + 1])
+        cand, probs = cand[keep], probs[keep]
+    return cand, probs
 
 
-def _draw(row: SampleRow, cum: F64) -> int:
-    """Inverse-CDF draw: the index whose cumulative mass first exceeds a uniform draw."""
+def _sample_row(logits: F32, row: SampleRow) -> int:
+    """Inverse-CDF draw over the candidates in id order, with one uniform from `(seed, step)`."""
+    cand, probs = _filtered(logits, row.params)
+    cum = np.cumsum(probs, dtype=np.float64)
     u = np.random.default_rng([row.seed, row.step]).random() * cum[-1]
-    return min(int(np.searchsorted(cum, u, side="right")), len(cum) - 1)
-
-
-def _sample_filtered(logits: F32, row: SampleRow) -> int:
-    cand, w = _filtered(logits.astype(np.float64) / row.params.temperature, row.params)
-    return int(cand[_draw(row, np.cumsum(w))])
-
-
-def _sample_plain(logits: F32, rows: Sequence[SampleRow]) -> list[int]:
-    """Temperature-only rows, all at once: softmax numerators and their cumulative sums in one pass."""
-    temps = np.array([r.params.temperature for r in rows], dtype=np.float64)[:, None]
-    x = logits.astype(np.float64) / temps
-    x -= np.max(x, axis=1, keepdims=True)
-    np.exp(x, out=x)
-    np.cumsum(x, axis=1, out=x)
-    return [_draw(r, x[i]) for i, r in enumerate(rows)]
+    return int(cand[min(int(np.searchsorted(cum, u, side="right")), len(cand) - 1)])
 
 
 def _logprob(raw: F32, token: int, n_top: int) -> TokenLogprob:
@@ -119,10 +121,6 @@ def _logprob(raw: F32, token: int, n_top: int) -> TokenLogprob:
         idx = idx[np.argsort(-lp[idx], kind="stable")]
         top = tuple((int(i), float(lp[i])) for i in idx)
     return TokenLogprob(token_id=token, logprob=float(lp[token]), top=top)
-
-
-def _is_plain(p: SamplingParams) -> bool:
-    return p.top_k == 0 and p.top_p >= 1.0 and p.min_p <= 0.0
 
 
 def sample(logits: F32, rows: Sequence[SampleRow]) -> tuple[list[int], list[TokenLogprob | None]]:
@@ -139,18 +137,13 @@ def sample(logits: F32, rows: Sequence[SampleRow]) -> tuple[list[int], list[Toke
         return adjusted[i] if i in adjusted else logits[i]
 
     greedy = [i for i, r in enumerate(rows) if r.params.greedy]
-    plain = [i for i, r in enumerate(rows) if not r.params.greedy and _is_plain(r.params)]
     if greedy:
         block = np.stack([view(i) for i in greedy]) if adjusted else logits[greedy]
         for i, t in zip(greedy, np.argmax(block, axis=1), strict=True):
             tokens[i] = int(t)
-    if plain:
-        block = np.stack([view(i) for i in plain]) if adjusted else logits[plain]
-        for i, t in zip(plain, _sample_plain(block, [rows[i] for i in plain]), strict=True):
-            tokens[i] = t
     for i, row in enumerate(rows):
-        if not row.params.greedy and not _is_plain(row.params):
-            tokens[i] = _sample_filtered(view(i), row)
+        if not row.params.greedy:
+            tokens[i] = _sample_row(view(i), row)
         if row.params.logprobs is not None:
             logprobs[i] = _logprob(view(i), tokens[i], row.params.logprobs)
     return tokens, logprobs

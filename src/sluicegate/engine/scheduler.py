@@ -4,10 +4,12 @@ Each step carries every decoding sequence's next token, then prompt chunks of pr
 first), then admits waiting requests while the step's token budget and free slots allow. A long prompt is
 prefilled over several steps, so running streams keep getting a token every step (chunked prefill).
 
-Chunk sizes follow the budget, not fixed boundaries: the runner computes a token's logits and KV
-bit-identically however a prompt is chunked and whatever else shares the step (measured for llama.cpp in
-docs/engine.md), so chunking never changes an output. The prefix cache still works in whole blocks of
-`block_size` tokens, because that is its addressing unit.
+Chunk sizes follow the budget, not fixed boundaries. The runner computes a prompt token bit-identically
+however the prompt is chunked and whatever else shares the step, provided no chunk is a single token: a
+token computed alone in its sequence's micro-batch (a decode step) rounds differently (measured for llama.cpp
+in docs/engine.md). So a prompt chunk is never one token and never leaves one token behind (only a one-token
+prompt is computed as one), and chunking never changes an output. The prefix cache works in whole blocks of
+`block_size` prompt tokens, its addressing unit.
 
 Waiting order (docs/engine.md): interactive before batch (a batch request that has waited longer than
 `batch_aging_s` counts as interactive); within a class, the tenant with the fewest running sequences
@@ -97,8 +99,9 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, n_slots: int, eos_ids: frozenset[int]) -> None:
-        if config.max_batch_tokens < max(n_slots, config.min_prefill_chunk, 1):
-            raise ValueError("max_batch_tokens must hold one token per slot and one minimal prompt chunk")
+        if config.max_batch_tokens < n_slots + max(2, config.min_prefill_chunk):
+            # every running sequence decodes every step, and a prompt must still make progress
+            raise ValueError("max_batch_tokens must hold one token per slot plus a minimal prompt chunk")
         self.config = config
         self.slots = SlotTable(n_slots, config.block_size)
         self.eos_ids = eos_ids
@@ -169,7 +172,9 @@ class Scheduler:
     def _add_prefill_chunk(self, seq: Seq, budget: int, out: SchedulerOutput) -> int:
         remaining = seq.prompt_len - seq.num_computed
         n = min(remaining, budget)
-        if n <= 0 or n < min(remaining, self.config.min_prefill_chunk):
+        if remaining - n == 1:
+            n -= 1  # never leave a lone last token: it would be computed as a one-token chunk
+        if n <= 0 or n < min(remaining, self.config.min_prefill_chunk) or (n == 1 and seq.prompt_len > 1):
             return 0
         ids = seq.request.prompt_ids[seq.num_computed : seq.num_computed + n]
         out.chunks.append(Chunk(seq, ids, seq.num_computed, n == remaining))
@@ -214,13 +219,16 @@ class Scheduler:
         return results
 
     def _record_blocks(self, seq: Seq) -> None:
-        """Publish the slot's newly completed blocks (prompt or generated) to the prefix cache."""
+        """Publish the slot's newly prefilled whole prompt blocks to the prefix cache.
+
+        Generated tokens are never published: a decode step computes a token alone in its sequence's
+        micro-batch, which rounds differently from the same token inside a prompt chunk, so reusing them
+        for a prompt that repeats them (a chat's next turn) would change that request's output.
+        """
         assert seq.slot is not None
-        if seq.num_computed < (self.slots.n_blocks(seq.slot) + 1) * self.config.block_size:
-            return
-        ids = seq.request.prompt_ids
-        tokens = ids if seq.num_computed <= len(ids) else [*ids, *seq.output_ids]
-        self.slots.record(seq.slot, tokens, seq.num_computed)
+        done = min(seq.num_computed, seq.prompt_len)
+        if done >= (self.slots.n_blocks(seq.slot) + 1) * self.config.block_size:
+            self.slots.record(seq.slot, seq.request.prompt_ids, done)
 
     def finish(self, seq: Seq, reason: FinishReason, now: float) -> None:
         """Take the sequence out of the queues and free its slot at once."""
