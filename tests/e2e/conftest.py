@@ -31,7 +31,7 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(tmp: Path, *args: str, timeout: float = 60.0) -> Server:
+def start_server(tmp: Path, *args: str, timeout: float = 180.0) -> Server:
     port = free_port()
     log_path = tmp / f"server-{port}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -52,6 +52,7 @@ def start_server(tmp: Path, *args: str, timeout: float = 60.0) -> Server:
             pass
         time.sleep(0.1)
     proc.kill()
+    proc.wait()
     raise RuntimeError(f"server not ready in {timeout}s:\n{log_path.read_text()}")
 
 
