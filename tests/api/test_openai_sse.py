@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -121,10 +122,44 @@ def test_disconnect_aborts_the_engine_request(path: str) -> None:
             lines = resp.iter_lines()
             for _ in range(6):
                 next(lines)
-            assert engine.stats.running == 2
+            assert _wait_for(lambda: len(engine.scheduler.running) == 2)
         # the client is gone: both runs are aborted within a step or two, long before 1500 tokens
-        assert _wait_for(lambda: engine.stats.requests_cancelled >= 2 and not engine.scheduler.running, 2.0)
+        assert _wait_for(lambda: engine.stats.requests_cancelled >= 2 and not engine.scheduler.running, 10.0)
         assert engine.stats.generated_tokens < 1000
+
+
+def test_a_reused_request_id_does_not_mix_up_two_requests() -> None:
+    """Two requests in flight under one X-Request-Id: leaving one cancels only that one."""
+    with threaded_server(
+        runner=lambda: SlowRunner(n_ctx=2048, n_slots=4, delay_s=0.005, eos_slope=0.0)
+    ) as srv:
+        engine = srv.state.engine
+        assert engine is not None
+        head = {"X-Request-Id": "same-id"}
+        body: dict[str, Any] = {"model": "reference", "max_tokens": 1500, "stream": True, "prompt": "Hi"}
+        kept: list[httpx.Response] = []
+
+        def send_kept() -> None:
+            with httpx.Client(base_url=srv.url, timeout=30) as other:
+                plain = {**body, "stream": False, "max_tokens": 400}
+                kept.append(other.post("/v1/completions", json=plain, headers=head))
+
+        with httpx.Client(base_url=srv.url, timeout=30) as http:
+            with http.stream("POST", "/v1/completions", json=body, headers=head) as dropped:
+                assert dropped.status_code == 200 and dropped.headers["x-request-id"] == "same-id"
+                lines = dropped.iter_lines()  # held: dropping the iterator would close the response
+                next(lines)
+                thread = threading.Thread(target=send_kept)
+                thread.start()
+                assert _wait_for(lambda: len(engine.scheduler.running) == 2)
+            # the first client has gone while the second request runs
+            assert _wait_for(lambda: engine.stats.requests_cancelled == 1)
+            thread.join(30)
+        assert engine.stats.requests_cancelled == 1
+        (resp,) = kept
+        assert resp.status_code == 200 and resp.headers["x-request-id"] == "same-id"
+        choice = resp.json()["choices"][0]
+        assert choice["finish_reason"] == "length" and resp.json()["usage"]["completion_tokens"] == 400
 
 
 def test_engine_failure_mid_stream_is_an_error_event() -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
+
+_serial = itertools.count(1)
 
 
 @dataclass(slots=True)
@@ -13,6 +16,12 @@ class RequestContext:
     created: int = field(default_factory=lambda: int(time.time()))
     stages_ms: dict[str, float] = field(default_factory=dict)  # reported in Server-Timing
     tenant: str = ""
+    serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
+
+    @property
+    def engine_id(self) -> str:
+        """The engine's key for this request's work: unique even when clients reuse an X-Request-Id."""
+        return f"{self.request_id}#{self.serial}"
 
     def stage(self, name: str, start: float) -> float:
         """Record the time since `start` under `name`; returns now."""

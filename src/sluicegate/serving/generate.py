@@ -31,7 +31,7 @@ async def prepare(model: ServedModel, req: GenerateRequest, ctx: RequestContext)
     t = ctx.stage("tokenize", t)
     budget.check(len(ids), req.max_new_tokens)
     params = req.to_sampling_params()
-    return EngineRequest(ctx.request_id, ids, params, arrival=ctx.arrival, tenant=ctx.tenant)
+    return EngineRequest(ctx.engine_id, ids, params, arrival=ctx.arrival, tenant=ctx.tenant)
 
 
 def shape(

@@ -296,7 +296,7 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
         )
         constraint = grammar.constraint() if grammar is not None else None
         constraints.append(constraint)
-        rid = ctx.request_id if req.n == 1 else f"{ctx.request_id}:{i}"
+        rid = ctx.engine_id if req.n == 1 else f"{ctx.engine_id}:{i}"
         requests.append(
             EngineRequest(
                 rid, prompt.token_ids, params, arrival=ctx.arrival, tenant=ctx.tenant, constraint=constraint

@@ -160,7 +160,7 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
                 logprobs=req.logprobs,
             )
             single = len(all_ids) * req.n == 1
-            rid = ctx.request_id if single else f"{ctx.request_id}:{k * req.n + i}"
+            rid = ctx.engine_id if single else f"{ctx.engine_id}:{k * req.n + i}"
             requests.append(EngineRequest(rid, ids, params, arrival=ctx.arrival, tenant=ctx.tenant))
     return CompletionPlan(req, texts, Runs(model.engine, requests), ident.ref, fingerprint(model))
 
