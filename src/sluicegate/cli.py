@@ -20,6 +20,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--ctx", type=int, default=2048, help="context window per request, in tokens")
     p.add_argument("--slots", type=int, default=16, help="sequences decoded together")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--flash-attn", action="store_true",
+                   help="llama.cpp flash attention: faster decoding, but a request's tokens may then depend on "
+                        "what else is batched with it (docs/engine.md)")
     p.add_argument("--max-body-bytes", type=int, default=LimitsConfig().max_body_bytes)
     p.add_argument("--log-level", default="info")
 
@@ -40,7 +43,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     config = Config(
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
-                          n_threads=args.threads),
+                          n_threads=args.threads, flash_attn=args.flash_attn),
         limits=LimitsConfig(max_body_bytes=args.max_body_bytes),
         host=args.host, port=args.port,
     )
@@ -48,7 +51,7 @@ def serve(args: argparse.Namespace) -> int:
 
     def factory() -> LlamaCppRunner:
         return LlamaCppRunner(path, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch, n_threads=m.n_threads,
-                              name=m.name, version=m.version)
+                              name=m.name, version=m.version, flash_attn=m.flash_attn)
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config, factory)

@@ -17,6 +17,7 @@ class ModelConfig:
     n_slots: int = 16  # sequences decoded together (each holds its own KV of n_ctx positions)
     n_batch: int = 512  # most tokens in one forward step
     n_threads: int | None = None  # CPU threads; None: all cores
+    flash_attn: bool = False  # faster, but batched outputs may differ from solo ones (docs/engine.md)
 
 
 @dataclass(frozen=True, slots=True)

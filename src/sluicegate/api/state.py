@@ -50,6 +50,8 @@ class AppState:
             "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,
             self.config.port, time.monotonic() - self.load_started,
         )
+        if not runner.limits.batch_invariant:
+            log.warning("flash attention is on: a request's tokens may depend on what is batched with it")
 
     async def close(self) -> None:
         if self.engine is not None:

@@ -46,6 +46,7 @@ class RunnerLimits:
     n_batch: int  # most tokens one `execute` call may carry
     eos_ids: frozenset[int] = field(default_factory=frozenset)
     bos_id: int | None = None
+    batch_invariant: bool = True  # a token's numerics do not depend on the batch around it (docs/engine.md)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ def fingerprint(model: ServedModel) -> str:
     key = (
         f"{model.identity.digest}|block={cfg.block_size}|batch={cfg.max_batch_tokens}|n_ctx={lim.n_ctx}"
         f"|slots={lim.n_slots}|n_batch={lim.n_batch}|sluicegate={__version__}"
+        f"{'' if lim.batch_invariant else '|batch-variant'}"
     )
     return "fp_" + hashlib.sha256(key.encode()).hexdigest()[:10]
 
