@@ -3,9 +3,11 @@
     flock /tmp/sluicegate-bench.lock .venv/bin/python bench/concurrency.py            # the full run
     ... bench/concurrency.py --levels 1,16 --max-tokens 64                            # a quicker one
 
-Both servers get the same GGUF, 2 threads, one slot per concurrent client (llama-server `-np N`), 1,024
-positions per slot, and the same requests: streaming `POST /v1/completions` with one JSON body shape
-(greedy; end-of-text banned by logit_bias, so every request generates exactly `--max-tokens` tokens).
+Three servers: sluicegate as it ships (flash attention off, so batching never changes an output),
+sluicegate with `--flash-attn`, and llama-server. All get the same GGUF, 2 threads, one slot per concurrent
+client (llama-server `-np N`), 1,024 positions per slot, and the same requests: streaming
+`POST /v1/completions` with one JSON body shape (greedy; end-of-text banned by logit_bias, so every request
+generates exactly `--max-tokens` tokens).
 Closed loop: N clients, each sending its next request as soon as the previous one ends, for
 max(3N, 12) requests per level. Measured on the client, per request: TTFT = send -> first streamed token;
 latency = send -> end of stream. Throughput = generated tokens / wall time of the level. Each prompt starts
@@ -90,25 +92,34 @@ def pct(xs: list[float], q: float) -> float:
 
 
 async def one(c: httpx.AsyncClient, body: dict[str, object], level: Level) -> None:
+    """One streamed request. A keep-alive connection the server closed just before it was reused (llama-server
+    closes them after a few requests) is retried once on a fresh connection, as HTTP clients do."""
     t0 = time.perf_counter()
     first: float | None = None
     chunks, usage = 0, None
-    async with c.stream("POST", "/v1/completions", json=body) as r:
-        if r.status_code != 200:
-            level.errors += 1
-            await r.aread()
-            return
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            data = json.loads(line[6:])
-            if data.get("usage"):
-                usage = data["usage"]
-            choices = data.get("choices") or []
-            if choices and choices[0].get("text"):
-                chunks += 1
-                if first is None:
-                    first = time.perf_counter()
+    for attempt in (1, 2):
+        try:
+            async with c.stream("POST", "/v1/completions", json=body) as r:
+                if r.status_code != 200:
+                    level.errors += 1
+                    await r.aread()
+                    return
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    data = json.loads(line[6:])
+                    if data.get("usage"):
+                        usage = data["usage"]
+                    choices = data.get("choices") or []
+                    if choices and choices[0].get("text"):
+                        chunks += 1
+                        if first is None:
+                            first = time.perf_counter()
+            break
+        except httpx.RemoteProtocolError:
+            if attempt == 2 or chunks:
+                level.errors += 1
+                return
     end = time.perf_counter()
     level.ttft.append(((first or end) - t0) * 1e3)
     level.latency.append((end - t0) * 1e3)
@@ -126,7 +137,7 @@ async def closed_loop(url: str, model: str, level: Level, bodies: list[dict[str,
 
     limits = httpx.Limits(max_connections=level.clients + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
-        await one(c, {**bodies[0], "model": model, "max_tokens": 4}, Level("warmup", 1))
+        await one(c, {**body("Warm-up. Say hello.", 4), "model": model}, Level("warmup", 1))
         t0 = time.perf_counter()
         await asyncio.gather(*(client(c) for _ in range(level.clients)))
         level.wall = time.perf_counter() - t0
@@ -140,10 +151,10 @@ def body(p: str, max_tokens: int) -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def ours(slots: int, log: Path) -> Iterator[str]:
+def ours(slots: int, log: Path, *extra: str) -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-m", "sluicegate", "serve", "--port", str(port), "--slots", str(slots),
-           "--threads", "2", "--ctx", str(CTX_PER_SLOT), "--log-level", "warning"]
+           "--threads", "2", "--ctx", str(CTX_PER_SLOT), "--log-level", "warning", *extra]
     with _serve(cmd, port, "/readyz", log) as url:
         yield url
 
@@ -191,9 +202,16 @@ def cached_tokens(url: str) -> float:
     return 0.0
 
 
+def server(kind: str, slots: int, log: Path) -> contextlib.AbstractContextManager[str]:
+    """`sluicegate` (exact: flash attention off), `sluicegate-fa` (--flash-attn) or `llama-server`."""
+    if kind == "llama-server":
+        return peer(slots, log)
+    return ours(slots, log, *(["--flash-attn"] if kind == "sluicegate-fa" else []))
+
+
 def run_level(kind: str, n: int, bodies: list[dict[str, object]], log: Path) -> Level:
     level = Level(kind, n)
-    with (ours if kind == "sluicegate" else peer)(n, log) as url:
+    with server(kind, n, log) as url:
         asyncio.run(closed_loop(url, model_of(url), level, bodies))
     return level
 
@@ -204,14 +222,16 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--shared-level", type=int, default=8)
     ap.add_argument("--skip-shared", action="store_true")
+    ap.add_argument("--servers", default="sluicegate,sluicegate-fa,llama-server")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
     ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    kinds = args.servers.split(",")
     rows: list[Level] = []
     for n in levels:
         bodies = [body(prompt(i), args.max_tokens) for i in range(max(3 * n, 12))]
-        for kind in ("sluicegate", "llama-server"):
+        for kind in kinds:
             lv = run_level(kind, n, bodies, args.log)
             rows.append(lv)
             print(f"{kind} x{n}: {lv.tps:.1f} tok/s, TTFT p50 {pct(lv.ttft, .5):.0f} ms p95 "
@@ -221,10 +241,10 @@ def main() -> None:
           "| ratio |\n|---|---|---|---|---|---|---|---|")
     by = {(r.server, r.clients): r for r in rows}
     for n in levels:
-        base = by[("llama-server", n)].tps
-        for kind in ("sluicegate", "llama-server"):
+        base = by[("llama-server", n)].tps if "llama-server" in kinds else 0.0
+        for kind in kinds:
             r = by[(kind, n)]
-            ratio = f"{r.tps / base:.2f}x" if kind == "sluicegate" and base else ""
+            ratio = f"{r.tps / base:.2f}x" if kind != "llama-server" and base else ""
             print(f"| {n} | {kind} | {r.tps:.1f} | {pct(r.ttft, .5):.0f} | {pct(r.ttft, .95):.0f} | "
                   f"{pct(r.latency, .5):.0f} | {pct(r.latency, .95):.0f} | {ratio} |")
     shared_rows: list[tuple[str, Level, float]] = []
@@ -236,7 +256,7 @@ def main() -> None:
         for kind, label, bodies in (("sluicegate", "shared", shared), ("sluicegate", "unique", unique),
                                     ("llama-server", "shared", shared), ("llama-server", "unique", unique)):
             lv = Level(kind, n)
-            with (ours if kind == "sluicegate" else peer)(n, args.log) as url:
+            with server(kind, n, args.log) as url:
                 before = cached_tokens(url) if kind == "sluicegate" else 0.0
                 asyncio.run(closed_loop(url, model_of(url), lv, bodies))
                 after = cached_tokens(url) if kind == "sluicegate" else 0.0
