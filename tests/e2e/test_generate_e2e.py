@@ -119,9 +119,13 @@ def test_health_answers_fast_during_a_long_generation(server: Server) -> None:
     done = threading.Event()
     result: dict[str, int] = {}
 
+    model = httpx.get(f"{server.url}/v1/models", timeout=10).json()["data"][0]["id"]
+
     def generate() -> None:
-        r = post(server, {"prompt": "Tell me a very long story about dragons.", "max_new_tokens": 256,
-                          "temperature": 1.0, "seed": 7})
+        # end-of-text banned: the generation runs its full 256 tokens whatever the sampler draws
+        body = {"model": model, "prompt": "Tell me a very long story about dragons.", "max_tokens": 256,
+                "temperature": 1.0, "seed": 7, "logit_bias": {"0": -100, "2": -100}}
+        r = httpx.post(f"{server.url}/v1/completions", json=body, timeout=300)
         result["status"] = r.status_code
         result["tokens"] = r.json()["usage"]["completion_tokens"]
         done.set()
@@ -137,6 +141,6 @@ def test_health_answers_fast_during_a_long_generation(server: Server) -> None:
             latencies.append(time.perf_counter() - t)
             time.sleep(0.02)
     worker.join(timeout=300)
-    assert result["status"] == 200
+    assert result["status"] == 200 and result["tokens"] == 256
     assert len(latencies) >= 5, "the generation ended before health could be measured"
     assert max(latencies) < 0.2, f"slowest health check took {max(latencies) * 1e3:.1f} ms"
