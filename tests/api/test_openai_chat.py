@@ -3,6 +3,7 @@ constrained output."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 
+from sluicegate.backends.base import RunnerLimits
 from sluicegate.backends.reference import ReferenceRunner
 from sluicegate.config import Config
 from sluicegate.engine import SchedulerConfig
@@ -83,6 +85,23 @@ def test_fingerprint_follows_weights_and_engine_config() -> None:
             wait_ready(c)
             fps.append(chat(c, max_tokens=1).json()["system_fingerprint"])
     assert fps[0] == fps[1] != fps[2]
+
+
+class BatchVariantRunner(ReferenceRunner):
+    """The reference model, declaring batch-dependent numerics (as llama.cpp with flash attention does)."""
+
+    @property
+    def limits(self) -> RunnerLimits:
+        return dataclasses.replace(super().limits, batch_invariant=False)
+
+
+def test_batch_dependent_numerics_change_the_fingerprint() -> None:
+    fps = []
+    for factory in (lambda: ReferenceRunner(n_ctx=512, n_slots=8), lambda: BatchVariantRunner(n_ctx=512, n_slots=8)):
+        with make_client(Config(), factory) as c:
+            wait_ready(c)
+            fps.append(chat(c, max_tokens=1).json()["system_fingerprint"])
+    assert fps[0] != fps[1]
 
 
 def test_seeded_choices_replay_alone_and_usage_sums(client: TestClient) -> None:
