@@ -52,9 +52,9 @@ from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
 from sluicegate.serving.openai_common import (
-    RunResult,
     Runs,
     chat_logprobs,
+    collect_finished,
     fingerprint,
     finish_error,
     logit_bias,
@@ -370,26 +370,16 @@ def _message(plan: ChatPlan, text: str, reason: FinishReason | None) -> tuple[Ch
 
 async def complete(model: ServedModel, plan: ChatPlan, ctx: RequestContext) -> ChatCompletion:
     """Run to the end and return one response (the runs are already started)."""
-    try:
-        results: list[RunResult] = await plan.runs.collect()
-    finally:
-        plan.runs.close()
+    results = await collect_finished(plan.runs, ctx)
     choices: list[ChatChoice] = []
     for i, r in enumerate(results):
         assert r.final is not None
-        err = finish_error(r.final)
-        if err is not None:
-            raise err
         _check_constraint(plan, i)
         message, finish = _message(plan, r.text, r.final.finish_reason)
         lps = (
             ChoiceLogprobs(content=chat_logprobs(model.runner, r.logprobs)) if plan.request.logprobs else None
         )
         choices.append(ChatChoice(index=i, message=message, logprobs=lps, finish_reason=finish))
-    first = results[0].final
-    if first is not None and first.timing is not None:
-        for name in ("queue", "prefill", "decode"):
-            ctx.stages_ms[name] = getattr(first.timing, f"{name}_ms")
     return ChatCompletion(
         id=f"chatcmpl-{ctx.request_id}",
         created=ctx.created,

@@ -21,6 +21,7 @@ from sluicegate.backends.base import ModelRunner
 from sluicegate.engine import AsyncEngine, EngineRequest, FinishReason, RequestOutput, TokenLogprob
 from sluicegate.protocol.openai_common import MAX_SEED, OpenAIUsage, PromptTokensDetails, TopLogprob
 from sluicegate.protocol.openai_common import TokenLogprob as TokenLogprobOut
+from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.generate import engine_error
 from sluicegate.serving.models import ServedModel
@@ -161,6 +162,25 @@ class Runs:
         """Cancel every pump still running; each cancellation aborts its request in the engine."""
         for task in self._tasks:
             task.cancel()
+
+
+async def collect_finished(runs: Runs, ctx: RequestContext) -> list[RunResult]:
+    """Every run to its end (closing them whatever happens); the first engine failure raises; the first
+    run's stage times go to Server-Timing."""
+    try:
+        results = await runs.collect()
+    finally:
+        runs.close()
+    for r in results:
+        assert r.final is not None
+        err = finish_error(r.final)
+        if err is not None:
+            raise err
+    first = results[0].final
+    if first is not None and first.timing is not None:
+        for name in ("queue", "prefill", "decode"):
+            ctx.stages_ms[name] = getattr(first.timing, f"{name}_ms")
+    return results
 
 
 def usage(finals: Sequence[RequestOutput | None]) -> OpenAIUsage:

@@ -30,6 +30,7 @@ from sluicegate.serving.openai_common import (
     CompletionLogprobState,
     Runs,
     check_token_ids,
+    collect_finished,
     fingerprint,
     finish_error,
     logit_bias,
@@ -179,16 +180,10 @@ def _logprobs(
 
 async def complete(model: ServedModel, plan: CompletionPlan, ctx: RequestContext) -> Completion:
     req = plan.request
-    try:
-        results = await plan.runs.collect()
-    finally:
-        plan.runs.close()
+    results = await collect_finished(plan.runs, ctx)
     choices: list[CompletionChoice] = []
     for i, r in enumerate(results):
         assert r.final is not None
-        err = finish_error(r.final)
-        if err is not None:
-            raise err
         prefix = plan.prompt_texts[plan.prompt_of(i)] if req.echo else ""
         lps = _logprobs(model, CompletionLogprobState(), req, r.logprobs)
         choices.append(
@@ -199,10 +194,6 @@ async def complete(model: ServedModel, plan: CompletionPlan, ctx: RequestContext
                 finish_reason=openai_finish(r.final.finish_reason),
             )
         )
-    first = results[0].final
-    if first is not None and first.timing is not None:
-        for name in ("queue", "prefill", "decode"):
-            ctx.stages_ms[name] = getattr(first.timing, f"{name}_ms")
     return Completion(
         id=f"cmpl-{ctx.request_id}",
         object="text_completion",

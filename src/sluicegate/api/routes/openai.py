@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
@@ -112,25 +113,7 @@ _STREAM_DOC = {
     responses=_errors(),
 )
 async def chat_completions(request: Request) -> Response:
-    ctx = context_of(request.scope)
-    try:
-        req = await read_openai(request, ChatCompletionRequest, openai_chat.chat_refusal)
-        model = app_state(request).served()
-        plan = await chat.prepare(model, req, ctx)
-        await plan.runs.start()
-    except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
-    if req.stream:
-        return sse_response(
-            chat.stream(model, plan, ctx), request_id=ctx.request_id, render_error=openai_envelope
-        )
-    try:
-        result = await unless_disconnected(request.receive, chat.complete(model, plan, ctx))
-    except ClientDisconnected:
-        return Response(status_code=499)
-    except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
-    return json_reply(result, ctx)
+    return await _serve(request, ChatCompletionRequest, openai_chat.chat_refusal, chat)
 
 
 @router.post(
@@ -141,20 +124,29 @@ async def chat_completions(request: Request) -> Response:
     responses=_errors(),
 )
 async def text_completions(request: Request) -> Response:
+    return await _serve(request, CompletionRequest, openai_completions.completion_refusal, completions)
+
+
+async def _serve(
+    request: Request,
+    schema: type[M],
+    refuse: Callable[[Mapping[str, Any]], Refusal | None],
+    surface: ModuleType,  # serving.openai_chat or serving.openai_completions: prepare, stream, complete
+) -> Response:
+    """Read, plan and start the runs, then stream them as SSE or answer once (chat and completions alike)."""
     ctx = context_of(request.scope)
     try:
-        req = await read_openai(request, CompletionRequest, openai_completions.completion_refusal)
+        req = await read_openai(request, schema, refuse)
         model = app_state(request).served()
-        plan = await completions.prepare(model, req, ctx)
+        plan = await surface.prepare(model, req, ctx)
         await plan.runs.start()
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
-    if req.stream:
-        return sse_response(
-            completions.stream(model, plan, ctx), request_id=ctx.request_id, render_error=openai_envelope
-        )
+    if getattr(req, "stream", False):
+        stream = surface.stream(model, plan, ctx)
+        return sse_response(stream, request_id=ctx.request_id, render_error=openai_envelope)
     try:
-        result = await unless_disconnected(request.receive, completions.complete(model, plan, ctx))
+        result = await unless_disconnected(request.receive, surface.complete(model, plan, ctx))
     except ClientDisconnected:
         return Response(status_code=499)
     except ApiError as exc:
