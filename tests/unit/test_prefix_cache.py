@@ -13,6 +13,15 @@ def ids(n: int, start: int = 0) -> list[int]:
     return list(range(start, start + n))
 
 
+def served(t: SlotTable, prompt: list[int], computed: int, *, keep_cache: bool = True) -> int:
+    """A request for `prompt` takes a slot, prefills `computed` tokens of it, and leaves; returns the slot."""
+    a = t.acquire(prompt)
+    assert a is not None
+    t.record(a.slot, prompt, computed)
+    t.release(a.slot, keep_cache=keep_cache)
+    return a.slot
+
+
 def test_block_keys_chain_covers_every_token_before() -> None:
     a = block_keys(ids(12), B)
     assert len(a) == 3 and len(set(a)) == 3
@@ -43,20 +52,17 @@ def test_first_acquisitions_take_empty_slots_lowest_first() -> None:
 def test_reuse_in_place_truncates_and_leaves_the_last_prompt_token() -> None:
     t = SlotTable(2, B)
     prompt = ids(8)  # exactly two blocks
-    a = t.acquire(prompt)
-    assert a is not None
-    t.record(a.slot, prompt, 8)
-    t.release(a.slot)
+    slot = served(t, prompt, 8)
     assert t.cached_blocks == 2
     again = t.acquire(prompt)
     # only one block is reused: the last prompt token must be computed for its logits
-    assert again is not None and again.slot == a.slot and again.reused_tokens == B
-    assert again.ops == (KvOp("truncate", a.slot, B),)
+    assert again is not None and again.slot == slot and again.reused_tokens == B
+    assert again.ops == (KvOp("truncate", slot, B),)
     assert t.hits == 1 and t.reused_tokens == B
     # the truncation forgot the second block; the busy slot still lends its first one
     longer = t.acquire([*prompt, 50, 51])
-    assert longer is not None and longer.slot != a.slot and longer.reused_tokens == B
-    assert longer.ops == (KvOp("copy", longer.slot, a.slot), KvOp("truncate", longer.slot, B))
+    assert longer is not None and longer.slot != slot and longer.reused_tokens == B
+    assert longer.ops == (KvOp("copy", longer.slot, slot), KvOp("truncate", longer.slot, B))
 
 
 def test_reuse_from_a_busy_slot_copies_into_a_free_one() -> None:
@@ -121,10 +127,7 @@ def test_recording_extends_the_chain_block_by_block() -> None:
 def test_reuse_leaves_two_prompt_tokens_to_compute() -> None:
     t = SlotTable(2, B)
     prompt = ids(9)
-    a = t.acquire(prompt)
-    assert a is not None
-    t.record(a.slot, prompt, 9)
-    t.release(a.slot)
+    served(t, prompt, 9)
     # 9 tokens = two blocks and one; reusing both blocks would leave one token, a one-token chunk
     again = t.acquire(prompt)
     assert again is not None and again.reused_tokens == B
@@ -132,10 +135,7 @@ def test_reuse_leaves_two_prompt_tokens_to_compute() -> None:
 
 def test_failed_slots_drop_their_cache() -> None:
     t = SlotTable(1, B)
-    a = t.acquire(ids(9))
-    assert a is not None
-    t.record(a.slot, ids(9), 9)
-    t.release(a.slot, keep_cache=False)
+    served(t, ids(9), 9, keep_cache=False)
     assert t.cached_blocks == 0
     again = t.acquire(ids(9))
     assert again is not None and again.reused_tokens == 0 and again.ops == (KvOp("clear", 0),)
@@ -143,10 +143,7 @@ def test_failed_slots_drop_their_cache() -> None:
 
 def test_a_slot_keeps_only_blocks_it_computed() -> None:
     t = SlotTable(1, B)
-    a = t.acquire(ids(12))
-    assert a is not None
-    t.record(a.slot, ids(12), 5)  # prefill stopped after five tokens (cancelled)
-    t.release(a.slot)
+    served(t, ids(12), 5)  # prefill stopped after five tokens (cancelled)
     assert t.cached_blocks == 1
 
 
