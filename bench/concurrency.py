@@ -9,8 +9,11 @@ client (llama-server `-np N`), 1,024 positions per slot, and the same requests: 
 `POST /v1/completions` with one JSON body shape (greedy; end-of-text banned by logit_bias, so every request
 generates exactly `--max-tokens` tokens).
 Closed loop: N clients, each sending its next request as soon as the previous one ends, for
-max(3N, 12) requests per level. Measured on the client, per request: TTFT = send -> first streamed token;
-latency = send -> end of stream. Throughput = generated tokens / wall time of the level. Each prompt starts
+max(3N, 12) requests per level and round. All servers of a level run at once and take turns, `--rounds` times
+with the first server rotating; tokens/s is the median round's, the ratio the median of the per-round
+ratios, TTFT and latency percentiles are over every round's requests. Measured on the client, per request:
+TTFT = send -> first streamed token; latency = send -> end of stream. Throughput = generated tokens / wall
+time of the round. Each prompt starts
 with its own request number, so no prompt shares a prefix with another (neither server's cache helps).
 
 Then the shared-system-prompt workload (`--shared-level` clients): a ~400-token system prompt + a distinct
@@ -209,17 +212,43 @@ def server(kind: str, slots: int, log: Path) -> contextlib.AbstractContextManage
     return ours(slots, log, *(["--flash-attn"] if kind == "sluicegate-fa" else []))
 
 
-def run_level(kind: str, n: int, bodies: list[dict[str, object]], log: Path) -> Level:
-    level = Level(kind, n)
-    with server(kind, n, log) as url:
-        asyncio.run(closed_loop(url, model_of(url), level, bodies))
-    return level
+def run_rounds(
+    kinds: list[str], n: int, bodies: list[dict[str, object]], rounds: int, log: Path
+) -> dict[str, list[Level]]:
+    """Every server up at once (an idle one takes no CPU), then `rounds` rounds of the closed loop, one server
+    after the other, the starting server rotating: a slow spell of the machine hits every server alike."""
+    out: dict[str, list[Level]] = {k: [] for k in kinds}
+    with contextlib.ExitStack() as stack:
+        urls = {k: stack.enter_context(server(k, n, log)) for k in kinds}
+        models = {k: model_of(u) for k, u in urls.items()}
+        for r in range(rounds):
+            for kind in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
+                lv = Level(kind, n)
+                asyncio.run(closed_loop(urls[kind], models[kind], lv, bodies))
+                out[kind].append(lv)
+                print(f"{kind} x{n} round {r + 1}: {lv.tps:.1f} tok/s, TTFT p50 {pct(lv.ttft, .5):.0f} ms p95 "
+                      f"{pct(lv.ttft, .95):.0f} ms, latency p50 {pct(lv.latency, .5):.0f} ms, errors {lv.errors}",
+                      flush=True)
+    return out
+
+
+def pooled(levels: list[Level]) -> Level:
+    """Rounds merged: latencies pooled, tokens/s the median round's."""
+    merged = Level(levels[0].server, levels[0].clients)
+    for lv in levels:
+        merged.ttft += lv.ttft
+        merged.latency += lv.latency
+        merged.errors += lv.errors
+    mid = sorted(levels, key=lambda lv: lv.tps)[len(levels) // 2]
+    merged.tokens, merged.wall = mid.tokens, mid.wall
+    return merged
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", default="1,4,8,16,32")
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per level (median reported)")
     ap.add_argument("--shared-level", type=int, default=8)
     ap.add_argument("--skip-shared", action="store_true")
     ap.add_argument("--servers", default="sluicegate,sluicegate-fa,llama-server")
@@ -228,23 +257,21 @@ def main() -> None:
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     kinds = args.servers.split(",")
-    rows: list[Level] = []
+    runs: dict[tuple[str, int], list[Level]] = {}
     for n in levels:
         bodies = [body(prompt(i), args.max_tokens) for i in range(max(3 * n, 12))]
-        for kind in kinds:
-            lv = run_level(kind, n, bodies, args.log)
-            rows.append(lv)
-            print(f"{kind} x{n}: {lv.tps:.1f} tok/s, TTFT p50 {pct(lv.ttft, .5):.0f} ms p95 "
-                  f"{pct(lv.ttft, .95):.0f} ms, latency p50 {pct(lv.latency, .5):.0f} ms, errors {lv.errors}",
-                  flush=True)
+        for kind, lvs in run_rounds(kinds, n, bodies, args.rounds, args.log).items():
+            runs[(kind, n)] = lvs
     print("\n| clients | server | tokens/s | TTFT p50 ms | TTFT p95 ms | latency p50 ms | latency p95 ms "
-          "| ratio |\n|---|---|---|---|---|---|---|---|")
-    by = {(r.server, r.clients): r for r in rows}
+          "| ratio (per round) |\n|---|---|---|---|---|---|---|---|")
     for n in levels:
-        base = by[("llama-server", n)].tps if "llama-server" in kinds else 0.0
+        peer_runs = runs.get(("llama-server", n))
         for kind in kinds:
-            r = by[(kind, n)]
-            ratio = f"{r.tps / base:.2f}x" if kind != "llama-server" and base else ""
+            r = pooled(runs[(kind, n)])
+            ratio = ""
+            if kind != "llama-server" and peer_runs:
+                per = sorted(a.tps / b.tps for a, b in zip(runs[(kind, n)], peer_runs, strict=True) if b.tps)
+                ratio = f"{per[len(per) // 2]:.2f}x ({', '.join(f'{x:.2f}' for x in per)})"
             print(f"| {n} | {kind} | {r.tps:.1f} | {pct(r.ttft, .5):.0f} | {pct(r.ttft, .95):.0f} | "
                   f"{pct(r.latency, .5):.0f} | {pct(r.latency, .95):.0f} | {ratio} |")
     shared_rows: list[tuple[str, Level, float]] = []
@@ -271,7 +298,7 @@ def main() -> None:
                   f"{pct(lv.ttft, .95):.0f} | {pct(lv.latency, .5):.0f} | {reused} |")
     if args.json:
         raw = {
-            "levels": [vars(r) for r in rows],
+            "levels": [vars(lv) for lvs in runs.values() for lv in lvs],
             "shared": [{"label": label, **vars(lv), "cached": c} for label, lv, c in shared_rows],
         }
         args.json.write_text(json.dumps(raw, indent=1))

@@ -360,3 +360,36 @@ def test_async_stream_aborts_when_the_consumer_leaves() -> None:
         assert len(got) == 3 and not got[-1].finished
         wait_for(lambda: eng.stats.requests_cancelled == 1 and not eng.scheduler.has_work)
         assert eng.stats.generated_tokens < 400
+
+
+def test_a_burst_of_outputs_wakes_the_event_loop_once_and_loses_none() -> None:
+    from sluicegate.engine.client import _Mailbox
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        box = _Mailbox(loop)
+        wakes: list[object] = []
+        real = loop.call_soon_threadsafe
+
+        def counting(cb: Callable[..., object], *args: object) -> asyncio.Handle:
+            wakes.append(cb)
+            return real(cb, *args)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        queues: list[asyncio.Queue[RequestOutput]] = [asyncio.Queue() for _ in range(16)]
+        outs = [RequestOutput(f"r{i}", [i], str(i)) for i in range(16)]
+
+        def burst() -> None:
+            for q, o in zip(queues, outs, strict=True):
+                box.post(q, o)
+
+        t = threading.Thread(target=burst)
+        t.start()
+        t.join()  # the loop is blocked here, as it is while the engine finishes a step: one drain for all
+        assert len(wakes) == 1
+        assert [await asyncio.wait_for(q.get(), 1) for q in queues] == outs
+        box.post(queues[0], outs[0])  # after the drain, the next output wakes the loop again
+        assert len(wakes) == 2
+        assert await asyncio.wait_for(queues[0].get(), 1) is outs[0]
+
+    asyncio.run(main())
