@@ -69,9 +69,9 @@ SYSTEM = (
 ) * 4
 
 
-def prompt(i: int) -> str:
-    """Distinct from the first token; 40 to 200 tokens."""
-    return f"Request {i}. Write about {TOPICS[i % len(TOPICS)]}. " + FILLER * (1 + i % 5)
+def prompt(i: int, round_: int = 0) -> str:
+    """Distinct from the first token, in every round (llama-server keeps past prompts in RAM); 40 to 200 tokens."""
+    return f"Request {round_}.{i}. Write about {TOPICS[i % len(TOPICS)]}. " + FILLER * (1 + i % 5)
 
 
 @dataclass
@@ -212,9 +212,7 @@ def server(kind: str, slots: int, log: Path) -> contextlib.AbstractContextManage
     return ours(slots, log, *(["--flash-attn"] if kind == "sluicegate-fa" else []))
 
 
-def run_rounds(
-    kinds: list[str], n: int, bodies: list[dict[str, object]], rounds: int, log: Path
-) -> dict[str, list[Level]]:
+def run_rounds(kinds: list[str], n: int, max_tokens: int, rounds: int, log: Path) -> dict[str, list[Level]]:
     """Every server up at once (an idle one takes no CPU), then `rounds` rounds of the closed loop, one server
     after the other, the starting server rotating: a slow spell of the machine hits every server alike."""
     out: dict[str, list[Level]] = {k: [] for k in kinds}
@@ -222,6 +220,7 @@ def run_rounds(
         urls = {k: stack.enter_context(server(k, n, log)) for k in kinds}
         models = {k: model_of(u) for k, u in urls.items()}
         for r in range(rounds):
+            bodies = [body(prompt(i, r), max_tokens) for i in range(max(3 * n, 12))]
             for kind in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
                 lv = Level(kind, n)
                 asyncio.run(closed_loop(urls[kind], models[kind], lv, bodies))
@@ -259,8 +258,7 @@ def main() -> None:
     kinds = args.servers.split(",")
     runs: dict[tuple[str, int], list[Level]] = {}
     for n in levels:
-        bodies = [body(prompt(i), args.max_tokens) for i in range(max(3 * n, 12))]
-        for kind, lvs in run_rounds(kinds, n, bodies, args.rounds, args.log).items():
+        for kind, lvs in run_rounds(kinds, n, args.max_tokens, args.rounds, args.log).items():
             runs[(kind, n)] = lvs
     print("\n| clients | server | tokens/s | TTFT p50 ms | TTFT p95 ms | latency p50 ms | latency p95 ms "
           "| ratio (per round) |\n|---|---|---|---|---|---|---|---|")
@@ -301,6 +299,7 @@ def main() -> None:
             "levels": [vars(lv) for lvs in runs.values() for lv in lvs],
             "shared": [{"label": label, **vars(lv), "cached": c} for label, lv, c in shared_rows],
         }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(raw, indent=1))
 
 
