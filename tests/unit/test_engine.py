@@ -355,7 +355,10 @@ def test_async_stream_aborts_when_the_consumer_leaves() -> None:
                 break
         return got
 
-    with engine() as (eng, _):
+    with engine() as (eng, runner):
+        # A real forward pass takes milliseconds and releases the GIL; the reference model's takes microseconds
+        # and would let one thread generate all 400 tokens before the event loop reads three.
+        runner.delay = 0.002
         got = asyncio.run(main(eng))
         assert len(got) == 3 and not got[-1].finished
         wait_for(lambda: eng.stats.requests_cancelled == 1 and not eng.scheduler.has_work)
