@@ -13,8 +13,8 @@ max(3N, 12) requests per level and round. All servers of a level run at once and
 with the first server rotating; tokens/s is the median round's, the ratio the median of the per-round
 ratios, TTFT and latency percentiles are over every round's requests. Measured on the client, per request:
 TTFT = send -> first streamed token; latency = send -> end of stream. Throughput = generated tokens / wall
-time of the round. Each prompt starts
-with its own request number, so no prompt shares a prefix with another (neither server's cache helps).
+time of the round. Each prompt starts with its own round and request number, so no prompt shares a prefix
+with another (neither server's cache helps).
 
 Then the shared-system-prompt workload (`--shared-level` clients): a ~400-token system prompt + a distinct
 question, run with the system prompt shared and with it made unique per request (same length), on our
