@@ -69,6 +69,11 @@ SYSTEM = (
 ) * 4
 
 
+def n_requests(clients: int) -> int:
+    """Requests in one round of a level: three per client, at least 12."""
+    return max(3 * clients, 12)
+
+
 def prompt(i: int, round_: int = 0) -> str:
     """Distinct from the first token, in every round (llama-server keeps past prompts in RAM); 40 to 200 tokens."""
     return f"Request {round_}.{i}. Write about {TOPICS[i % len(TOPICS)]}. " + FILLER * (1 + i % 5)
@@ -220,7 +225,7 @@ def run_rounds(kinds: list[str], n: int, max_tokens: int, rounds: int, log: Path
         urls = {k: stack.enter_context(server(k, n, log)) for k in kinds}
         models = {k: model_of(u) for k, u in urls.items()}
         for r in range(rounds):
-            bodies = [body(prompt(i, r), max_tokens) for i in range(max(3 * n, 12))]
+            bodies = [body(prompt(i, r), max_tokens) for i in range(n_requests(n))]
             for kind in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
                 lv = Level(kind, n)
                 asyncio.run(closed_loop(urls[kind], models[kind], lv, bodies))

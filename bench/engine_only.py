@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.concurrency import CTX_PER_SLOT, prompt
+from bench.concurrency import BANNED_EOS, CTX_PER_SLOT, n_requests, prompt
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 from sluicegate.engine import Engine, EngineRequest, RequestOutput, SamplingParams
@@ -47,10 +47,11 @@ def main() -> None:
     engine = Engine(runner)
     engine.start()
     work: queue.Queue[list[int]] = queue.Queue()
-    for i in range(max(3 * args.streams, 12)):
+    n = n_requests(args.streams)
+    for i in range(n):
         work.put(runner.tokenize(prompt(i)))
-    n_requests = work.qsize()
-    params = SamplingParams(max_new_tokens=args.max_tokens, temperature=0.0, logit_bias={0: -100.0, 2: -100.0})
+    banned = {int(k): float(v) for k, v in BANNED_EOS.items()}
+    params = SamplingParams(max_new_tokens=args.max_tokens, temperature=0.0, logit_bias=banned)
 
     def finisher(done: threading.Event) -> Callable[[RequestOutput], None]:
         return lambda out: done.set() if out.finished else None
@@ -75,7 +76,7 @@ def main() -> None:
     engine.stop()
     runner.close()
     print(f"{args.streams} streams, flash attention {'on' if args.flash_attn else 'off'}: "
-          f"{n_requests * args.max_tokens / wall:.1f} tokens/s; forward passes {runner.forward_s:.1f} s "
+          f"{n * args.max_tokens / wall:.1f} tokens/s; forward passes {runner.forward_s:.1f} s "
           f"of {wall:.1f} s wall ({100 * runner.forward_s / wall:.0f}%)")
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.concurrency import CTX_PER_SLOT, prompt
+from bench.concurrency import CTX_PER_SLOT, n_requests, prompt
 from sluicegate.backends.base import BatchItem
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 
@@ -58,13 +58,13 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args()
-    n_requests = max(3 * args.streams, 12)
+    n = n_requests(args.streams)
     tok = LlamaCppRunner(default_model_path(), n_ctx=CTX_PER_SLOT, n_slots=1)
-    prompts = [tok.tokenize(prompt(i)) for i in range(n_requests)]
+    prompts = [tok.tokenize(prompt(i)) for i in range(n)]
     tok.close()
     total_prompt = sum(len(p) for p in prompts)
-    total_gen = n_requests * args.max_tokens
-    print(f"{n_requests} requests: {total_prompt} prompt tokens (mean {total_prompt / n_requests:.0f}), "
+    total_gen = n * args.max_tokens
+    print(f"{n} requests: {total_prompt} prompt tokens (mean {total_prompt / n:.0f}), "
           f"{total_gen} generated\n")
     print(f"| flash attention | prefill ms/token | decode ms/token ({args.streams} streams) | roof tokens/s |")
     print("|---|---|---|---|")
