@@ -37,9 +37,11 @@ class Runner(ReferenceRunner):
         self.steps = 0
         self.fail_next = False
         self.delay = 0.0  # seconds each step takes at least
+        self.entered = 0  # steps that reached the runner (a gated one waits inside for its permit)
         self.batches: list[list[tuple[int, int, int]]] = []
 
     def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        self.entered += 1
         if self.gated and not self.permits.acquire(timeout=20):
             raise AssertionError("the test never released this step")
         self.batches.append([(i.slot, i.start_pos, len(i.token_ids)) for i in batch])
@@ -225,7 +227,7 @@ def test_a_deadline_cancels_the_request(phase: str) -> None:
             blocker = run(eng, req("block", max_new_tokens=400, ignore_eos=True))
         victim = run(eng, req("v", max_new_tokens=400, ignore_eos=True, deadline=time.monotonic() + 0.05))
         final = victim.wait()
-        assert final.finish_reason is FinishReason.CANCELLED and eng.stats.requests_expired == 1
+        assert final.finish_reason is FinishReason.EXPIRED and eng.stats.requests_expired == 1
         assert (final.completion_tokens == 0) == (phase == "queued")
         if phase == "queued":
             eng.abort(_last_id(eng))
@@ -338,8 +340,16 @@ def test_metrics_cover_latency_prefix_hits_and_kv_usage() -> None:
         c.wait()
         run(eng, req("y" * 40, max_new_tokens=3)).wait()
         snap = eng.stats.snapshot()
-    for key in ("ttft_s_p50", "ttft_s_p95", "queue_s_p50", "itl_s_p50", "step_s_p95"):
-        assert snap[key] > 0, key
+    model = {"model_name": runner.identity.name}
+    value = eng.metrics.registry.get_sample_value
+    for hist, count in (("time_to_first_token_seconds", 2), ("inter_token_latency_seconds", 29 + 2),
+                        ("request_queue_time_seconds", 2), ("e2e_request_latency_seconds", 2),
+                        ("request_prefill_time_seconds", 2), ("request_decode_time_seconds", 2),
+                        ("step_seconds", runner.steps)):
+        assert value(f"sluicegate_{hist}_count", model) == count, hist
+        assert (value(f"sluicegate_{hist}_sum", model) or 0) > 0, hist
+    assert value("sluicegate_requests_finished_total", {**model, "finish_reason": "length"}) == 2
+    assert value("sluicegate_cached_tokens_total", model) == 32
     # 41 prompt tokens: reuse stops two tokens short of the end, at a block boundary
     assert snap["prefix_lookups"] == 2 and snap["prefix_hits"] == 1 and snap["cached_tokens"] == 32
     assert snap["generated_tokens"] == 33 and snap["requests_finished"] == 2 and snap["kv_tokens_used"] == 0
@@ -366,7 +376,7 @@ def test_async_stream_aborts_when_the_consumer_leaves() -> None:
 
 
 def test_a_burst_of_outputs_wakes_the_event_loop_once_and_loses_none() -> None:
-    from sluicegate.engine.client import _Mailbox
+    from sluicegate.engine.client import OutputCollector, _Mailbox
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -379,20 +389,109 @@ def test_a_burst_of_outputs_wakes_the_event_loop_once_and_loses_none() -> None:
             return real(cb, *args)
 
         loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
-        queues: list[asyncio.Queue[RequestOutput]] = [asyncio.Queue() for _ in range(16)]
+        collectors = [OutputCollector(1) for _ in range(16)]
         outs = [RequestOutput(f"r{i}", [i], str(i)) for i in range(16)]
 
         def burst() -> None:
-            for q, o in zip(queues, outs, strict=True):
-                box.post(q, o)
+            for c, o in zip(collectors, outs, strict=True):
+                box.post(c, 0, o)
 
         t = threading.Thread(target=burst)
         t.start()
         t.join()  # the loop is blocked here, as it is while the engine finishes a step: one drain for all
         assert len(wakes) == 1
-        assert [await asyncio.wait_for(q.get(), 1) for q in queues] == outs
-        box.post(queues[0], outs[0])  # after the drain, the next output wakes the loop again
+        assert [await asyncio.wait_for(c.get(), 1) for c in collectors] == [[(0, o)] for o in outs]
+        box.post(collectors[0], 0, outs[0])  # after the drain, the next output wakes the loop again
         assert len(wakes) == 2
-        assert await asyncio.wait_for(queues[0].get(), 1) is outs[0]
+        assert await asyncio.wait_for(collectors[0].get(), 1) == [(0, outs[0])]
 
     asyncio.run(main())
+
+
+def test_a_lagging_consumer_gets_merged_deltas_not_a_growing_queue() -> None:
+    from sluicegate.engine.client import OutputCollector
+    from sluicegate.engine.types import Timing, TokenLogprob
+
+    async def main() -> None:
+        c = OutputCollector(2)
+        c.put(0, RequestOutput("a", [1], "x", logprobs=[TokenLogprob(1, -0.5)]))
+        c.put(1, RequestOutput("b", [7], "q"))
+        c.put(0, RequestOutput("a", [2, 3], "yz", logprobs=[TokenLogprob(2, -0.1)]))
+        timing = Timing(1.0, 2.0, 3.0, 6.0)
+        c.put(0, RequestOutput("a", [], "!", finished=True, finish_reason=FinishReason.LENGTH, prompt_tokens=4,
+                               completion_tokens=3, seed=9, timing=timing))
+        got = await asyncio.wait_for(c.get(), 1)
+        assert [i for i, _ in got] == [0, 1]  # the order runs first produced output in
+        a = got[0][1]
+        assert a.new_token_ids == [1, 2, 3] and a.text == "xyz!" and [lp.token_id for lp in a.logprobs] == [1, 2]
+        assert a.finished and a.finish_reason is FinishReason.LENGTH and a.completion_tokens == 3
+        assert a.prompt_tokens == 4 and a.seed == 9 and a.timing == timing
+        assert got[1][1].text == "q" and not got[1][1].finished
+        assert await c.get(timeout=0.01) == []  # silence: an empty batch, the heartbeat's cue
+
+    asyncio.run(main())
+
+
+def test_a_failing_admission_ends_the_request_instead_of_losing_it() -> None:
+    """A bug while admitting one request fails that request (typed error output); the rest are served."""
+    with engine() as (eng, _):
+        real = eng._admit
+        calls = iter(range(1000))
+
+        def flaky(request: EngineRequest, sink: Callable[[RequestOutput], None]) -> None:
+            if next(calls) == 1:
+                raise RuntimeError("injected")
+            real(request, sink)
+
+        eng._admit = flaky  # type: ignore[method-assign]
+        with eng._lock:  # all three in one inbox, taken together by the engine thread
+            cs = [Collector() for _ in range(3)]
+            for i, c in enumerate(cs):
+                eng._inbox.append((req(f"p{i}", max_new_tokens=2), c))
+            eng._lock.notify()
+        finals = [c.wait() for c in cs]
+        assert [f.finish_reason for f in finals] == [FinishReason.LENGTH, FinishReason.ERROR, FinishReason.LENGTH]
+        assert finals[1].error
+
+
+def test_a_failing_cancellation_still_ends_the_request() -> None:
+    with engine() as (eng, runner):
+        runner.delay = 0.002
+        victim = run(eng, req("v", max_new_tokens=400, ignore_eos=True))
+        wait_for(lambda: len(victim.tokens) >= 1)
+
+        def broken(request_id: str) -> None:
+            raise RuntimeError("injected")
+
+        eng._cancel = broken  # type: ignore[method-assign]
+        eng.abort(victim.outs[0].request_id)
+        assert victim.wait().finish_reason is FinishReason.ERROR
+        wait_for(lambda: not eng.scheduler.has_work)
+
+
+def test_a_failing_step_fails_its_requests_and_the_engine_keeps_serving() -> None:
+    with engine() as (eng, runner):
+        runner.fail_next = True
+        failed = run(eng, req("f", max_new_tokens=3)).wait()
+        assert failed.finish_reason is FinishReason.ERROR
+        assert run(eng, req("ok", max_new_tokens=3)).wait().finish_reason is FinishReason.LENGTH
+
+
+def test_stop_reports_whether_the_thread_ended_and_close_never_frees_a_running_model() -> None:
+    runner = Runner(n_slots=1, n_ctx=512, eos_slope=0.0)
+    eng = Engine(runner, SchedulerConfig())
+    eng.start()
+    runner.gated = True
+    c = run(eng, req("x", max_new_tokens=50, ignore_eos=True))
+    wait_for(lambda: runner.entered >= 1)  # a step is inside the runner, waiting for its permit
+    assert eng.stop(join_s=0.05) is False
+    closed: list[bool] = []
+    runner.close = lambda: closed.append(True)  # type: ignore[method-assign]
+    eng.close()
+    assert closed == []  # the thread may still be in the forward pass: the model stays
+    runner.gated = False
+    runner.release(1000)
+    assert c.wait().finish_reason is FinishReason.CANCELLED
+    assert eng.stop() is True
+    eng.close()
+    assert closed == [True]

@@ -242,7 +242,7 @@ def test_a_deadline_cancels_in_each_phase_on_the_next_step(phase: str) -> None:
         while victim.in_prefill:
             step(s, now=1.0)
     out = s.schedule(5.0)
-    assert out.expired == [victim] and victim.finish_reason is FinishReason.CANCELLED
+    assert out.expired == [victim] and victim.finish_reason is FinishReason.EXPIRED
     assert all(c.seq is not victim for c in out.chunks)
     check_invariants(s)
 

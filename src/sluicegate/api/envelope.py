@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 
 from fastapi.responses import JSONResponse
+from prometheus_client import Counter
 from starlette.types import Send
 
 from sluicegate.serving.errors import ApiError
 
 INTERNAL = "internal error; report the request id"
 
+# Process-wide (the default registry, exported by /metrics beside the engine's): every envelope sent, by type.
+ERRORS = Counter("sluicegate_request_errors", "responses and stream error events carrying the error envelope, "
+                 "by error type (refusals and failures)", ["type"])
+
 
 def envelope(exc: ApiError, request_id: str) -> dict[str, dict[str, str | None]]:
+    """The body of every error (called once per error sent, so it counts them)."""
+    ERRORS.labels(exc.type).inc()
     return {
         "error": {
             "type": exc.type, "code": exc.code, "message": exc.message, "param": exc.param,

@@ -6,8 +6,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from prometheus_client import CollectorRegistry, Gauge
 from starlette.requests import HTTPConnection
 
 from sluicegate.backends.base import ModelRunner
@@ -30,6 +31,11 @@ class AppState:
     engine: Engine | None = None
     load_error: str | None = None
     load_started: float = 0.0
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # this app's: engine metrics, readiness
+
+    def __post_init__(self) -> None:
+        ready = Gauge("sluicegate_ready", "1 once the model has loaded and the engine runs", registry=self.registry)
+        ready.set_function(lambda: 1.0 if self.model is not None else 0.0)
 
     async def load(self) -> None:
         """Load the model off the event loop; health answers meanwhile and readiness says 503."""
@@ -41,7 +47,7 @@ class AppState:
             self.load_error = type(exc).__name__
             return
         budget = await asyncio.to_thread(Budget.for_runner, runner, self.config.limits)
-        engine = Engine(runner, self.config.engine)
+        engine = Engine(runner, self.config.engine, registry=self.registry)
         engine.start()
         self.engine = engine
         self.model = ServedModel(runner, AsyncEngine(engine), budget)
@@ -56,7 +62,7 @@ class AppState:
     async def close(self) -> None:
         if self.engine is not None:
             await asyncio.to_thread(self.engine.stop, drain_s=self.config.limits.drain_s)
-            self.engine.runner.close()
+            self.engine.close()  # frees the model only if no step can still be running
             self.engine = None
 
     def served(self) -> ServedModel:

@@ -99,6 +99,7 @@ class LlamaCppRunner:
         self._limits = RunnerLimits(
             n_ctx=n_ctx, n_slots=n_slots, n_vocab=self._n_vocab, n_batch=n_batch,
             eos_ids=frozenset(eos), bos_id=bos if bos >= 0 else None,
+            batch_invariant=not flash_attn,  # flash attention's kernels round differently in company
         )
         digest = file_digest(path)
         meta_name = self._meta("general.name")

@@ -17,10 +17,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from prometheus_client import CollectorRegistry
+
 from sluicegate.backends.base import BatchItem, ModelRunner
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
+from sluicegate.engine.metrics import EngineMetrics
 from sluicegate.engine.sampler import SampleRow, sample
-from sluicegate.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput, Seq, SeqStatus
+from sluicegate.engine.scheduler import (
+    Scheduler,
+    SchedulerConfig,
+    SchedulerOutput,
+    Seq,
+    SeqStatus,
+    queue_has_room,
+)
 from sluicegate.engine.stats import EngineStats
 from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, Timing, TokenLogprob
 
@@ -56,7 +66,9 @@ class _Live:
 
 
 class Engine:
-    def __init__(self, runner: ModelRunner, config: SchedulerConfig | None = None) -> None:
+    def __init__(
+        self, runner: ModelRunner, config: SchedulerConfig | None = None, *, registry: CollectorRegistry | None = None,
+    ) -> None:
         self.runner = runner
         limits = runner.limits
         cfg = config or SchedulerConfig()
@@ -64,9 +76,15 @@ class Engine:
             cfg = dataclasses.replace(cfg, max_batch_tokens=limits.n_batch)
         self.scheduler = Scheduler(cfg, limits.n_slots, limits.eos_ids)
         self.stats = EngineStats(slots_total=limits.n_slots, kv_tokens_total=limits.n_slots * limits.n_ctx)
+        self.metrics = EngineMetrics(self.stats, runner.identity.name, registry)
         self._lock = threading.Condition()
         self._inbox: list[tuple[EngineRequest, Sink]] = []
         self._inbox_tokens = 0
+        # The waiting queue as admission sees it, published by the engine thread under the lock (submit
+        # must not read the scheduler's lists, which the engine thread changes without it): requests taken
+        # from the inbox and not yet published count as waiting until the next publish.
+        self._waiting_n = 0
+        self._waiting_tokens = 0
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
         self._accepting = True
@@ -89,9 +107,9 @@ class Engine:
         with self._lock:
             if not self._accepting:
                 raise EngineStopped("the server is shutting down")
-            waiting = len(self._inbox) + len(self.scheduler.waiting)
-            n_inbox, inbox_tokens = len(self._inbox), self._inbox_tokens
-            if not self.scheduler.has_room(n_prompt, extra_requests=n_inbox, extra_tokens=inbox_tokens):
+            waiting = len(self._inbox) + self._waiting_n
+            tokens = self._inbox_tokens + self._waiting_tokens
+            if not queue_has_room(self.scheduler.config, waiting, tokens, n_prompt):
                 with self.stats.lock:
                     self.stats.requests_refused += 1
                 raise EngineOverloaded(
@@ -107,18 +125,37 @@ class Engine:
             self._aborts.add(request_id)
             self._lock.notify()
 
-    def stop(self, *, drain_s: float = 0.0) -> None:
-        """Refuse new work; let running work finish for up to `drain_s`, then cancel the rest."""
+    def stop(self, *, drain_s: float = 0.0, join_s: float = 30.0) -> bool:
+        """Refuse new work; let running work finish for up to `drain_s`, then cancel the rest.
+
+        Returns whether the engine thread has ended (it may still be inside a forward pass after `join_s`);
+        only then may the runner be freed (`close`).
+        """
         with self._lock:
             self._accepting = False
         deadline = time.monotonic() + drain_s
-        while time.monotonic() < deadline and (self._inbox or self.scheduler.has_work):
+        while time.monotonic() < deadline and self._busy():
             time.sleep(0.01)
         with self._lock:
             self._stopping = True
             self._lock.notify()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=join_s)
+            return not self._thread.is_alive()
+        return True
+
+    def _busy(self) -> bool:
+        with self._lock:
+            queued = bool(self._inbox or self._waiting_n)
+        with self.stats.lock:
+            return queued or self.stats.running > 0
+
+    def close(self) -> None:
+        """Free the runner, unless the engine thread may still use it (then it is left to the process exit)."""
+        if self._thread is not None and self._thread.is_alive():
+            log.warning("the engine thread is still in a step; the model is not freed")
+            return
+        self.runner.close()
 
     def _retry_after(self, waiting: int) -> int:
         rate = self.stats.drain_rate()
@@ -134,13 +171,13 @@ class Engine:
                     self._lock.wait()
                 if self._stopping:
                     break
-                inbox, self._inbox, self._inbox_tokens = self._inbox, [], 0
+                inbox, self._inbox = self._inbox, []
+                self._waiting_n += len(inbox)
+                self._waiting_tokens += self._inbox_tokens
+                self._inbox_tokens = 0
                 aborts, self._aborts = self._aborts, set()
             try:
-                for request, sink in inbox:
-                    self._admit(request, sink)
-                for request_id in aborts:
-                    self._cancel(request_id)
+                self._take(inbox, aborts)
                 if self.scheduler.has_work:
                     self.step()
                 else:
@@ -148,22 +185,48 @@ class Engine:
             except Exception:  # a bug, not a model failure (step() handles those): fail loudly, keep serving
                 log.exception("engine loop error; failing every request in flight")
                 self._fail_all(_FAILED)
+                self._update_gauges()
         with self._lock:
             inbox, self._inbox, self._inbox_tokens = self._inbox, [], 0
-        for request, sink in inbox:  # submitted just before shutdown: admitted only to be cancelled
-            self._admit(request, sink)
+        self._take(inbox, set())  # submitted just before shutdown: admitted only to be cancelled
         now = time.monotonic()
         for live in list(self._live.values()):
             self.scheduler.finish(live.seq, FinishReason.CANCELLED, now)
             self._finish(live, FinishReason.CANCELLED, now)
+        self._update_gauges()
+
+    def _take(self, inbox: list[tuple[EngineRequest, Sink]], aborts: set[str]) -> None:
+        """Admit the inbox and apply the aborts; a request that fails either way ends with an error output
+        instead of being lost (its client would wait forever)."""
+        for request, sink in inbox:
+            try:
+                self._admit(request, sink)
+            except Exception:
+                log.exception("could not admit %s", request.request_id)
+                self._live.pop(request.request_id, None)
+                seq = self.scheduler.find(request.request_id)
+                if seq is not None:
+                    self.scheduler.finish(seq, FinishReason.ERROR, time.monotonic())
+                _deliver_to(sink, RequestOutput(
+                    request.request_id, [], "", finished=True, finish_reason=FinishReason.ERROR, error=_FAILED,
+                ))
+        for request_id in aborts:
+            try:
+                self._cancel(request_id)
+            except Exception:
+                log.exception("could not cancel %s", request_id)
+                live = self._live.get(request_id)
+                if live is not None:
+                    self._fail_seq(live.seq, time.monotonic())
 
     def _admit(self, request: EngineRequest, sink: Sink) -> None:
         seed = request.params.seed if request.params.seed is not None else secrets.randbits(63)
         seq = Seq(request=request, seed=seed)
         tb = self.runner.token_bytes
         stop = StopMatcher(request.params.stop)
-        self._live[request.request_id] = _Live(seq, sink, IncrementalDetokenizer(tb), stop)
+        live = _Live(seq, sink, IncrementalDetokenizer(tb), stop)
         self.scheduler.add(seq)
+        self._live[request.request_id] = live
 
     def _cancel(self, request_id: str) -> None:
         live = self._live.get(request_id)
@@ -177,10 +240,11 @@ class Engine:
     def step(self) -> None:
         now = time.monotonic()
         out = self.scheduler.schedule(now)
+        self._publish_waiting()  # before the forward pass: the requests just scheduled no longer wait
         for seq in out.expired:
             with self.stats.lock:
                 self.stats.requests_expired += 1
-            self._finish(self._live[seq.request.request_id], FinishReason.CANCELLED, now)
+            self._finish(self._live[seq.request.request_id], FinishReason.EXPIRED, now)
         if out.empty and not out.kv_ops:
             self._update_gauges()
             return
@@ -190,10 +254,10 @@ class Engine:
             done = time.monotonic()
             with self.stats.lock:
                 self.stats.steps += 1
-                self.stats.step_s.append(done - now)
                 self.stats.prompt_tokens += sum(
                     len(c.token_ids) for c in out.chunks if c.start_pos < c.seq.prompt_len
                 )
+            self.metrics.step.observe(done - now)
             for seq, token in self.scheduler.update(out, sampled[0], done):
                 self._emit_token(seq, token, sampled[1].get(id(seq)), done)
         except Exception:
@@ -231,11 +295,10 @@ class Engine:
             constraint.accept(token)
         with self.stats.lock:
             self.stats.generated_tokens += 1
-            if len(seq.output_ids) == 1 and seq.first_scheduled is not None:
-                self.stats.ttft_s.append(now - seq.request.arrival)
-                self.stats.queue_s.append(seq.first_scheduled - seq.request.arrival)
-            elif live.last_emit:
-                self.stats.itl_s.append(now - live.last_emit)
+        if len(seq.output_ids) == 1 and seq.first_scheduled is not None:
+            self.metrics.ttft.observe(now - seq.request.arrival)
+        elif live.last_emit:
+            self.metrics.itl.observe(now - live.last_emit)
         live.last_emit = now
         if logprob is not None:
             live.logprobs.append(logprob)
@@ -264,11 +327,18 @@ class Engine:
             queue_ms=(start - arrival) * 1e3, prefill_ms=(first - start) * 1e3,
             decode_ms=(now - first) * 1e3, total_ms=(now - arrival) * 1e3,
         )
+        m = self.metrics
+        m.e2e.observe(now - arrival)
+        m.queue.observe(start - arrival)
+        if seq.first_token is not None:
+            m.prefill.observe(first - start)
+            m.decode.observe(now - first)
+        m.finished(reason.value)
         with self.stats.lock:
             self.stats.requests_finished += 1
             self.stats.cached_tokens += seq.cached_tokens
             self.stats.finish_times.append(now)
-            if reason is FinishReason.CANCELLED:
+            if reason in (FinishReason.CANCELLED, FinishReason.EXPIRED):
                 self.stats.requests_cancelled += 1
             elif reason is FinishReason.ERROR:
                 self.stats.requests_failed += 1
@@ -306,8 +376,15 @@ class Engine:
         if live is not None:
             self._finish(live, FinishReason.ERROR, now, error=message)
 
+    def _publish_waiting(self) -> None:
+        """What admission sees (submit): the scheduler's queue, which now holds the inbox taken before."""
+        with self._lock:
+            self._waiting_n = len(self.scheduler.waiting)
+            self._waiting_tokens = self.scheduler.waiting_tokens
+
     def _update_gauges(self) -> None:
         slots = self.scheduler.slots
+        self._publish_waiting()
         with self.stats.lock:
             self.stats.running = len(self.scheduler.running)
             self.stats.waiting = len(self.scheduler.waiting)
@@ -320,8 +397,12 @@ class Engine:
 
 
 def _deliver(live: _Live, out: RequestOutput) -> None:
+    _deliver_to(live.sink, out)
+
+
+def _deliver_to(sink: Sink, out: RequestOutput) -> None:
     """Hand an output to its sink; a failing sink loses its own output, never the engine."""
     try:
-        live.sink(out)
+        sink(out)
     except Exception:
         log.exception("the sink of %s failed", out.request_id)

@@ -113,10 +113,8 @@ class Scheduler:
     def has_room(self, n_prompt_tokens: int, *, extra_requests: int = 0, extra_tokens: int = 0) -> bool:
         """Whether one more request of `n_prompt_tokens` fits the waiting queue's bounds (plus `extra_*`
         not yet added, e.g. the engine's inbox)."""
-        c = self.config
-        return (
-            len(self.waiting) + extra_requests < c.max_waiting
-            and self.waiting_tokens + extra_tokens + n_prompt_tokens <= c.max_waiting_tokens
+        return queue_has_room(
+            self.config, len(self.waiting) + extra_requests, self.waiting_tokens + extra_tokens, n_prompt_tokens
         )
 
     def add(self, seq: Seq) -> None:
@@ -142,7 +140,7 @@ class Scheduler:
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
         for seq in [s for s in itertools.chain(self.running, self.waiting) if _expired(s, now)]:
-            self.finish(seq, FinishReason.CANCELLED, now)
+            self.finish(seq, FinishReason.EXPIRED, now)
             out.expired.append(seq)
         budget = self.config.max_batch_tokens
         for seq in self.running:
@@ -242,6 +240,11 @@ class Scheduler:
             assert seq.slot is not None
             self.slots.release(seq.slot, keep_cache=reason is not FinishReason.ERROR)
         seq.status, seq.finish_reason, seq.finished_at = SeqStatus.FINISHED, reason, now
+
+
+def queue_has_room(config: SchedulerConfig, n_waiting: int, waiting_tokens: int, n_prompt_tokens: int) -> bool:
+    """Whether one more request fits a queue holding `n_waiting` requests of `waiting_tokens` prompt tokens."""
+    return n_waiting < config.max_waiting and waiting_tokens + n_prompt_tokens <= config.max_waiting_tokens
 
 
 def _expired(seq: Seq, now: float) -> bool:

@@ -1,4 +1,4 @@
-"""Engine metrics, kept for /metrics: counters and recent-latency windows."""
+"""Engine counters and gauges, written by the engine thread under `lock`, exported by engine/metrics.py."""
 
 from __future__ import annotations
 
@@ -7,19 +7,30 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-COUNTERS = (
-    "steps", "prompt_tokens", "cached_tokens", "generated_tokens", "requests_finished", "requests_cancelled",
-    "requests_expired", "requests_failed", "requests_refused", "prefix_lookups", "prefix_hits",
-    "prefix_evicted_blocks",
-)
-GAUGES = (
-    "running", "waiting", "slots_busy", "slots_total", "kv_tokens_used", "kv_tokens_total",
-    "prefix_cached_blocks",
-)
-
-
-def _window() -> deque[float]:
-    return deque(maxlen=1024)
+# name -> help text; exported as `sluicegate_<name>_total` (counters) and `sluicegate_<name>` (gauges)
+COUNTER_HELP = {
+    "steps": "engine steps (forward passes)",
+    "prompt_tokens": "prompt tokens computed (prefix-cache hits excluded)",
+    "cached_tokens": "prompt tokens reused from the prefix cache",
+    "generated_tokens": "tokens generated",
+    "requests_refused": "requests refused by the engine because its waiting queue was full",
+    "requests_expired": "requests ended by their deadline (queued or running)",
+    "prefix_lookups": "requests that took a slot and looked up the prefix cache",
+    "prefix_hits": "of those, requests that reused at least one cached block",
+    "prefix_evicted_blocks": "cached prefix blocks dropped to make room",
+}
+GAUGE_HELP = {
+    "running": "sequences holding a slot",
+    "waiting": "requests waiting for a slot",
+    "slots_busy": "slots in use",
+    "slots_total": "slots the runner holds",
+    "kv_tokens_used": "KV positions held by running sequences",
+    "kv_tokens_total": "KV positions in all slots (slots x window)",
+    "kv_usage": "kv_tokens_used / kv_tokens_total",
+    "prefix_cached_blocks": "prefix blocks held by free slots, ready for reuse",
+}
+COUNTERS = (*COUNTER_HELP, "requests_finished", "requests_cancelled", "requests_failed")
+GAUGES = tuple(g for g in GAUGE_HELP if g != "kv_usage")
 
 
 @dataclass(slots=True)
@@ -31,7 +42,7 @@ class EngineStats:
     prompt_tokens: int = 0  # prompt tokens computed (cache hits excluded)
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache
     generated_tokens: int = 0
-    requests_finished: int = 0  # every way out, cancelled and failed included
+    requests_finished: int = 0  # every way out, cancelled and failed included (exported by finish reason)
     requests_cancelled: int = 0  # client left, explicit abort, deadline, shutdown
     requests_expired: int = 0  # of the cancelled: by their deadline
     requests_failed: int = 0
@@ -47,12 +58,7 @@ class EngineStats:
     kv_tokens_used: int = 0  # KV positions held by running sequences
     kv_tokens_total: int = 0  # slots x window
     prefix_cached_blocks: int = 0  # blocks held by free slots, ready for reuse
-    # recent windows (seconds)
-    queue_s: deque[float] = field(default_factory=_window)  # arrival -> first scheduled
-    ttft_s: deque[float] = field(default_factory=_window)  # arrival -> first token
-    itl_s: deque[float] = field(default_factory=_window)  # between a stream's consecutive tokens
-    step_s: deque[float] = field(default_factory=_window)  # one forward pass, sampling included
-    finish_times: deque[float] = field(default_factory=_window)
+    finish_times: deque[float] = field(default_factory=lambda: deque(maxlen=1024))  # for the drain rate
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def drain_rate(self, now: float | None = None, horizon_s: float = 30.0) -> float:
@@ -67,13 +73,6 @@ class EngineStats:
 
     def snapshot(self) -> dict[str, float]:
         with self.lock:
-            out: dict[str, float] = {
-                k: float(getattr(self, k))
-                for k in COUNTERS + GAUGES
-            }
-            out["kv_usage"] = self.kv_tokens_used / self.kv_tokens_total if self.kv_tokens_total else 0.0
-            for name in ("queue_s", "ttft_s", "itl_s", "step_s"):
-                vals = sorted(getattr(self, name))
-                out[f"{name}_p50"] = vals[len(vals) // 2] if vals else 0.0
-                out[f"{name}_p95"] = vals[min(len(vals) - 1, int(len(vals) * 0.95))] if vals else 0.0
+            out: dict[str, float] = {k: float(getattr(self, k)) for k in COUNTERS + GAUGES}
+        out["kv_usage"] = out["kv_tokens_used"] / out["kv_tokens_total"] if out["kv_tokens_total"] else 0.0
         return out

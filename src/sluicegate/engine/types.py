@@ -16,7 +16,8 @@ class FinishReason(enum.StrEnum):
     LENGTH = "length"  # max_new_tokens reached
     STOP = "stop"  # a stop string matched
     EOS = "eos"  # the model ended the sequence
-    CANCELLED = "cancelled"  # client left, explicit abort, or deadline
+    CANCELLED = "cancelled"  # client left, explicit abort, or shutdown
+    EXPIRED = "expired"  # the request's deadline passed (queued or mid-generation)
     ERROR = "error"  # the engine failed while running it
 
 

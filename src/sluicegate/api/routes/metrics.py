@@ -1,37 +1,33 @@
-"""`GET /metrics`: the engine's counters and gauges in Prometheus text format. Never waits on the engine."""
+"""`GET /metrics`: Prometheus text format from prometheus-client. Never waits on the engine.
+
+Two registries: the app's (readiness, and the engine's histograms, counters and gauges: engine/metrics.py)
+and the process-wide default one (the error-envelope counter, process CPU, memory and file descriptors).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.api.state import app_state
 
 router = APIRouter(tags=["operations"])
 
-_COUNTERS = {
-    "steps", "prompt_tokens", "cached_tokens", "generated_tokens", "requests_finished", "requests_cancelled",
-    "requests_failed", "requests_refused",
-}
 
-
-@router.get("/metrics", summary="Engine metrics (Prometheus text format)", response_class=PlainTextResponse)
-async def metrics(request: Request) -> PlainTextResponse:
-    state = app_state(request)
-    lines = [f"sluicegate_ready {1 if state.model is not None else 0}"]
-    if state.engine is not None:
-        for name, value in sorted(state.engine.stats.snapshot().items()):
-            kind = "counter" if name in _COUNTERS else "gauge"
-            metric = f"sluicegate_{name}_total" if kind == "counter" else f"sluicegate_{name}"
-            lines += [f"# TYPE {metric} {kind}", f"{metric} {value:g}"]
-    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+@router.get("/metrics", summary="Engine and process metrics (Prometheus text format)", response_class=Response)
+async def metrics(request: Request) -> Response:
+    body = generate_latest(app_state(request).registry) + generate_latest(REGISTRY)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Read our own exposition back (for tests and benchmarks)."""
+    """Read an exposition back with prometheus-client's parser (tests, benchmarks): one entry per sample,
+    keyed by its name plus its labels other than `model_name` (`name{finish_reason="length"}`)."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = {k: v for k, v in s.labels.items() if k != "model_name"}
+            key = s.name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
+            out[key] = s.value
     return out

@@ -1,0 +1,80 @@
+"""The engine's Prometheus metrics (prometheus-client), in a registry of its own.
+
+Latencies are histograms, not percentile gauges: histograms from many replicas add up (a p95 gauge per
+replica cannot be combined). Bucket boundaries follow vLLM's (`vllm/v1/metrics/loggers.py`) with finer ones
+below 10 ms added to the token-latency histograms, where a small model on a CPU lives (a decode step is
+5-10 ms here). Counters and gauges the engine already keeps under its lock (`EngineStats`) are read at
+scrape time by a collector instead of being written twice; every series carries `model_name`.
+
+Names: `sluicegate_` and underscores only (colons trouble some exporters); prometheus-client adds `_total`
+to counters; no `_created` series (they double the series count for nothing a dashboard uses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sluicegate.engine.stats import COUNTER_HELP, GAUGE_HELP, EngineStats
+
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+                 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                   240.0, 480.0, 960.0, 1920.0, 7680.0)
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class _StatsCollector(Collector):
+    """Exposes EngineStats' counters and gauges, read under their lock at scrape time."""
+
+    def __init__(self, stats: EngineStats, model_name: str) -> None:
+        self._stats = stats
+        self._model = model_name
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._stats.snapshot()
+        for name, text in COUNTER_HELP.items():
+            c = CounterMetricFamily(f"sluicegate_{name}", text, labels=["model_name"])
+            c.add_metric([self._model], snap[name])
+            yield c
+        for name, text in GAUGE_HELP.items():
+            g = GaugeMetricFamily(f"sluicegate_{name}", text, labels=["model_name"])
+            g.add_metric([self._model], snap[name])
+            yield g
+
+
+class EngineMetrics:
+    """What the engine thread observes per token, step and request (each observation is ~1 µs)."""
+
+    def __init__(self, stats: EngineStats, model_name: str = "", registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r, m, labels = self.registry, model_name, ["model_name"]
+
+        def hist(name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(f"sluicegate_{name}", text, labels, buckets=buckets, registry=r)
+
+        self.ttft = hist("time_to_first_token_seconds", "arrival to first generated token", TTFT_BUCKETS).labels(m)
+        self.itl = hist("inter_token_latency_seconds", "between a stream's consecutive tokens",
+                        TOKEN_BUCKETS).labels(m)
+        self.e2e = hist("e2e_request_latency_seconds", "arrival to the request's end, every way out",
+                        REQUEST_BUCKETS).labels(m)
+        self.queue = hist("request_queue_time_seconds", "arrival to first scheduled step", REQUEST_BUCKETS).labels(m)
+        self.prefill = hist("request_prefill_time_seconds", "first scheduled step to first token",
+                            REQUEST_BUCKETS).labels(m)
+        self.decode = hist("request_decode_time_seconds", "first token to the end", REQUEST_BUCKETS).labels(m)
+        self.step = hist("step_seconds", "one engine step: forward pass and sampling", STEP_BUCKETS).labels(m)
+        self._finished = Counter("sluicegate_requests_finished", "requests ended, by finish reason (every way "
+                                 "out: cancelled, expired and error included)", ["model_name", "finish_reason"],
+                                 registry=r)
+        self._model = m
+        r.register(_StatsCollector(stats, m))
+
+    def finished(self, reason: str) -> None:
+        self._finished.labels(self._model, reason).inc()
