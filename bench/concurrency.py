@@ -2,12 +2,15 @@
 
     flock /tmp/sluicegate-bench.lock .venv/bin/python bench/concurrency.py            # the full run
     ... bench/concurrency.py --levels 1,16 --max-tokens 64                            # a quicker one
+    ... bench/concurrency.py --route chat --levels 1,16 --max-tokens 64 --skip-shared  # streaming chat
 
 Three servers: sluicegate as it ships (flash attention off, so batching never changes an output),
 sluicegate with `--flash-attn`, and llama-server. All get the same GGUF, 2 threads, one slot per concurrent
 client (llama-server `-np N`), 1,024 positions per slot, and the same requests: streaming
-`POST /v1/completions` with one JSON body shape (greedy; end-of-text banned by logit_bias, so every request
-generates exactly `--max-tokens` tokens).
+`POST /v1/completions` (or, with `--route chat`, `POST /v1/chat/completions` with the prompt as one user
+message) with one JSON body shape (greedy; end-of-text banned by logit_bias, so every request generates
+exactly `--max-tokens` tokens). For our servers the event loop's CPU per streamed token is read from
+/proc (the server's main thread, which runs the event loop; the engine and llama.cpp have their own).
 Closed loop: N clients, each sending its next request as soon as the previous one ends, for
 max(3N, 12) requests per level and round. All servers of a level run at once and take turns, `--rounds` times
 with the first server rotating; tokens/s is the median round's, the ratio the median of the per-round
@@ -79,6 +82,19 @@ def prompt(i: int, round_: int = 0) -> str:
     return f"Request {round_}.{i}. Write about {TOPICS[i % len(TOPICS)]}. " + FILLER * (1 + i % 5)
 
 
+ROUTE = {"path": "/v1/completions"}  # set by --route
+PIDS: dict[str, int] = {}  # our servers' url -> pid, for the event loop's CPU
+
+
+def loop_cpu_s(url: str) -> float:
+    """CPU seconds of the server's main thread (the event loop) so far; 0 for servers not ours."""
+    pid = PIDS.get(url)
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Level:
     server: str
@@ -88,6 +104,12 @@ class Level:
     tokens: int = 0
     wall: float = 0.0
     errors: int = 0
+    loop_cpu_s: float = 0.0  # the server's event-loop CPU over the round (ours only)
+    tpot: list[float] = field(default_factory=list)  # per request: (end - first token) / (tokens - 1), ms
+
+    @property
+    def loop_ms_per_token(self) -> float:
+        return 1e3 * self.loop_cpu_s / self.tokens if self.tokens else 0.0
 
     @property
     def tps(self) -> float:
@@ -107,7 +129,7 @@ async def one(c: httpx.AsyncClient, body: dict[str, object], level: Level) -> No
     chunks, usage = 0, None
     for attempt in (1, 2):
         try:
-            async with c.stream("POST", "/v1/completions", json=body) as r:
+            async with c.stream("POST", ROUTE["path"], json=body) as r:
                 if r.status_code != 200:
                     level.errors += 1
                     await r.aread()
@@ -119,7 +141,7 @@ async def one(c: httpx.AsyncClient, body: dict[str, object], level: Level) -> No
                     if data.get("usage"):
                         usage = data["usage"]
                     choices = data.get("choices") or []
-                    if choices and choices[0].get("text"):
+                    if choices and (choices[0].get("text") or (choices[0].get("delta") or {}).get("content")):
                         chunks += 1
                         if first is None:
                             first = time.perf_counter()
@@ -131,7 +153,10 @@ async def one(c: httpx.AsyncClient, body: dict[str, object], level: Level) -> No
     end = time.perf_counter()
     level.ttft.append(((first or end) - t0) * 1e3)
     level.latency.append((end - t0) * 1e3)
-    level.tokens += int(usage["completion_tokens"]) if usage else chunks
+    n_tokens = int(usage["completion_tokens"]) if usage else chunks
+    level.tokens += n_tokens
+    if first is not None and n_tokens > 1:
+        level.tpot.append((end - first) * 1e3 / (n_tokens - 1))
 
 
 async def closed_loop(url: str, model: str, level: Level, bodies: list[dict[str, object]]) -> None:
@@ -146,25 +171,32 @@ async def closed_loop(url: str, model: str, level: Level, bodies: list[dict[str,
     limits = httpx.Limits(max_connections=level.clients + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
         await one(c, {**body("Warm-up. Say hello.", 4), "model": model}, Level("warmup", 1))
+        cpu0 = loop_cpu_s(url)
         t0 = time.perf_counter()
         await asyncio.gather(*(client(c) for _ in range(level.clients)))
         level.wall = time.perf_counter() - t0
+        level.loop_cpu_s = loop_cpu_s(url) - cpu0
 
 
 def body(p: str, max_tokens: int) -> dict[str, object]:
+    text: dict[str, object] = (
+        {"messages": [{"role": "user", "content": p}]} if ROUTE["path"].endswith("chat/completions") else {"prompt": p}
+    )
     return {
-        "prompt": p, "max_tokens": max_tokens, "temperature": 0.0, "logit_bias": BANNED_EOS, "stream": True,
+        **text, "max_tokens": max_tokens, "temperature": 0.0, "logit_bias": BANNED_EOS, "stream": True,
         "stream_options": {"include_usage": True},
     }
 
 
 @contextlib.contextmanager
-def ours(slots: int, log: Path, *extra: str) -> Iterator[str]:
+def ours(slots: int, log: Path, *extra: str, src: str | None = None) -> Iterator[str]:
+    """Our server; `src` runs another checkout's sources (`sluicegate-before`: $SLUICEGATE_BEFORE_SRC)."""
     port = free_port()
     cmd = [sys.executable, "-m", "sluicegate", "serve", "--port", str(port), "--slots", str(slots),
            "--threads", "2", "--ctx", str(CTX_PER_SLOT), "--log-level", "warning", *extra]
-    with _serve(cmd, port, "/readyz", log) as url:
+    with _serve(cmd, port, "/readyz", log, env={"PYTHONPATH": src} if src else None) as url:
         yield url
+        PIDS.pop(url, None)
 
 
 @contextlib.contextmanager
@@ -180,12 +212,14 @@ def peer(slots: int, log: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _serve(cmd: list[str], port: int, ready: str, log: Path) -> Iterator[str]:
+def _serve(cmd: list[str], port: int, ready: str, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, ready, proc, timeout=300)
+        if ready == "/readyz":
+            PIDS[url] = proc.pid
         yield url
     finally:
         proc.terminate()
@@ -211,9 +245,12 @@ def cached_tokens(url: str) -> float:
 
 
 def server(kind: str, slots: int, log: Path) -> contextlib.AbstractContextManager[str]:
-    """`sluicegate` (exact: flash attention off), `sluicegate-fa` (--flash-attn) or `llama-server`."""
+    """`sluicegate` (exact: flash attention off), `sluicegate-fa` (--flash-attn), `llama-server`, or
+    `sluicegate-before` (the sources at $SLUICEGATE_BEFORE_SRC, e.g. a worktree of an older commit)."""
     if kind == "llama-server":
         return peer(slots, log)
+    if kind == "sluicegate-before":
+        return ours(slots, log, src=os.environ["SLUICEGATE_BEFORE_SRC"])
     return ours(slots, log, *(["--flash-attn"] if kind == "sluicegate-fa" else []))
 
 
@@ -231,8 +268,9 @@ def run_rounds(kinds: list[str], n: int, max_tokens: int, rounds: int, log: Path
                 asyncio.run(closed_loop(urls[kind], models[kind], lv, bodies))
                 out[kind].append(lv)
                 print(f"{kind} x{n} round {r + 1}: {lv.tps:.1f} tok/s, TTFT p50 {pct(lv.ttft, .5):.0f} ms p95 "
-                      f"{pct(lv.ttft, .95):.0f} ms, latency p50 {pct(lv.latency, .5):.0f} ms, errors {lv.errors}",
-                      flush=True)
+                      f"{pct(lv.ttft, .95):.0f} ms, latency p50 {pct(lv.latency, .5):.0f} ms, "
+                      f"{pct(lv.tpot, .5):.2f} ms/token, errors {lv.errors}, "
+                      f"event loop {lv.loop_ms_per_token:.3f} ms CPU/token", flush=True)
     return out
 
 
@@ -243,8 +281,10 @@ def pooled(levels: list[Level]) -> Level:
         merged.ttft += lv.ttft
         merged.latency += lv.latency
         merged.errors += lv.errors
+        merged.tpot += lv.tpot
     mid = sorted(levels, key=lambda lv: lv.tps)[len(levels) // 2]
     merged.tokens, merged.wall = mid.tokens, mid.wall
+    merged.loop_cpu_s = mid.loop_cpu_s
     return merged
 
 
@@ -258,15 +298,17 @@ def main() -> None:
     ap.add_argument("--servers", default="sluicegate,sluicegate-fa,llama-server")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
     ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
+    ap.add_argument("--route", choices=("completions", "chat"), default="completions")
     args = ap.parse_args()
+    ROUTE["path"] = "/v1/chat/completions" if args.route == "chat" else "/v1/completions"
     levels = [int(x) for x in args.levels.split(",")]
     kinds = args.servers.split(",")
     runs: dict[tuple[str, int], list[Level]] = {}
     for n in levels:
         for kind, lvs in run_rounds(kinds, n, args.max_tokens, args.rounds, args.log).items():
             runs[(kind, n)] = lvs
-    print("\n| clients | server | tokens/s | TTFT p50 ms | TTFT p95 ms | latency p50 ms | latency p95 ms "
-          "| ratio (per round) |\n|---|---|---|---|---|---|---|---|")
+    print("\n| clients | server | tokens/s | ms per token (1 client) | TTFT p50 ms | TTFT p95 ms | latency p50 ms "
+          "| latency p95 ms | event-loop CPU ms/token | ratio (per round) |\n|---|---|---|---|---|---|---|---|---|---|")
     for n in levels:
         peer_runs = runs.get(("llama-server", n))
         for kind in kinds:
@@ -275,8 +317,10 @@ def main() -> None:
             if kind != "llama-server" and peer_runs:
                 per = sorted(a.tps / b.tps for a, b in zip(runs[(kind, n)], peer_runs, strict=True) if b.tps)
                 ratio = f"{per[len(per) // 2]:.2f}x ({', '.join(f'{x:.2f}' for x in per)})"
-            print(f"| {n} | {kind} | {r.tps:.1f} | {pct(r.ttft, .5):.0f} | {pct(r.ttft, .95):.0f} | "
-                  f"{pct(r.latency, .5):.0f} | {pct(r.latency, .95):.0f} | {ratio} |")
+            per_token = f"{pct(r.tpot, .5):.2f}"
+            loop = f"{r.loop_ms_per_token:.3f}" if r.loop_cpu_s else ""
+            print(f"| {n} | {kind} | {r.tps:.1f} | {per_token} | {pct(r.ttft, .5):.0f} | {pct(r.ttft, .95):.0f} | "
+                  f"{pct(r.latency, .5):.0f} | {pct(r.latency, .95):.0f} | {loop} | {ratio} |")
     shared_rows: list[tuple[str, Level, float]] = []
     if not args.skip_shared:
         n = args.shared_level

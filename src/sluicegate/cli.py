@@ -23,8 +23,24 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--flash-attn", action="store_true",
                    help="llama.cpp flash attention: faster decoding, but a request's tokens may then depend on "
                         "what else is batched with it (docs/engine.md)")
-    p.add_argument("--max-body-bytes", type=int, default=LimitsConfig().max_body_bytes)
+    lim = LimitsConfig()
+    p.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes, help="request body limit, in bytes")
+    p.add_argument("--max-prompt-tokens", type=int, default=lim.max_prompt_tokens,
+                   help="prompt tokens one request may send, every surface (default: the window minus one)")
+    p.add_argument("--max-new-tokens", type=int, default=lim.max_new_tokens,
+                   help="new tokens one request may ask for, every surface (the window bounds it too)")
+    p.add_argument("--estimate-new-tokens", type=int, default=lim.estimate_new_tokens,
+                   help="new tokens the cost estimate assumes for a request that sets no limit")
+    p.add_argument("--drain-seconds", type=float, default=lim.drain_s,
+                   help="on shutdown, how long in-flight requests may finish before they are cancelled")
     p.add_argument("--log-level", default="info")
+
+
+def limits_from_args(args: argparse.Namespace) -> LimitsConfig:
+    """Every LimitsConfig field from its `serve` flag."""
+    return LimitsConfig(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
+                        max_new_tokens=args.max_new_tokens, estimate_new_tokens=args.estimate_new_tokens,
+                        drain_s=args.drain_seconds)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -44,7 +60,7 @@ def serve(args: argparse.Namespace) -> int:
     config = Config(
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
                           n_threads=args.threads, flash_attn=args.flash_attn),
-        limits=LimitsConfig(max_body_bytes=args.max_body_bytes),
+        limits=limits_from_args(args),
         host=args.host, port=args.port,
     )
     m = config.model

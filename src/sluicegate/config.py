@@ -24,9 +24,8 @@ class ModelConfig:
 class LimitsConfig:
     max_body_bytes: int = 1 << 20  # request body limit; 1 MiB holds a full 8k-token window of text many times
     max_prompt_tokens: int | None = None  # prompt-token (prefill cost) limit; None: the context window
-    max_new_tokens: int = 4096  # schema bound for a request's new tokens; the window bound is checked too
-    max_stop_strings: int = 4  # at most this many stop strings per request
-    max_stop_chars: int = 64  # each stop string at most this long
+    max_new_tokens: int = 4096  # new tokens one request may ask for (every surface); the window bound holds too
+    estimate_new_tokens: int = 256  # cost estimate's new tokens for a request that sets no limit (serving/core.py)
     drain_s: float = 10.0  # on shutdown, let in-flight requests finish for this long, then cancel them
 
 

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sluicegate.api.validation import plain_name, validation_error
 from sluicegate.config import Config, LimitsConfig
 from sluicegate.engine import EngineOverloaded, EngineStopped
+from sluicegate.serving.core import engine_error
 from sluicegate.serving.errors import STATUS, ApiError
-from sluicegate.serving.generate import engine_error
 from tests.conftest import make_client, wait_ready
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"

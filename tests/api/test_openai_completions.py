@@ -124,3 +124,45 @@ def test_models(client: TestClient) -> None:
     r = client.get("/v1/models/gpt-4o")
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/generate", {"prompt": "x" * 100, "max_new_tokens": 2}, "prompt"),
+        (URL, {"model": "reference", "prompt": "x" * 100, "max_tokens": 2}, "prompt"),
+        ("/v1/chat/completions",
+         {"model": "reference", "messages": [{"role": "user", "content": "x" * 100}], "max_tokens": 2}, "messages"),
+    ],
+)
+def test_every_surface_refuses_over_the_configured_prompt_limit(path: str, body: dict[str, Any], param: str) -> None:
+    """LimitsConfig applies to every surface through the serving core, with the surface's own statuses."""
+    from sluicegate.config import Config, LimitsConfig
+    from tests.conftest import make_client, wait_ready
+
+    with make_client(Config(limits=LimitsConfig(max_prompt_tokens=64, max_new_tokens=8))) as c:
+        wait_ready(c)
+        r = c.post(path, json=body)
+        err = r.json()["error"]
+        native = path == "/v1/generate"
+        assert r.status_code == (422 if native else 400) and err["param"] == param
+        assert (err["type"] if native else err["code"]) == "prompt_too_long"
+        assert "at most 64 prompt tokens" in err["message"]
+        over = {**body, ("max_new_tokens" if native else "max_tokens"): 9, "prompt": "x"}
+        if path.endswith("chat/completions"):
+            over = {**body, "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]}
+        r = c.post(path, json=over)
+        assert r.status_code == (422 if native else 400) and "at most 8 new tokens" in r.json()["error"]["message"]
+
+
+def test_special_token_text_is_parsed_by_default_and_parse_special_false_keeps_it_text(client: TestClient) -> None:
+    """The reference vocabulary has no control-token text, so parsing cannot change its count; what matters
+    here is that the option is accepted on both routes and reaches the tokenizer (the e2e test checks the
+    real model's ChatML control tokens)."""
+    for parse in (True, False):
+        r = complete(client, prompt="<|im_start|>user", max_tokens=1, parse_special=parse)
+        assert r.status_code == 200
+        g = client.post("/v1/generate", json={"prompt": "<|im_start|>", "max_new_tokens": 1, "parse_special": parse})
+        assert g.status_code == 200
+    r = complete(client, parse_special="yes")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "parse_special"

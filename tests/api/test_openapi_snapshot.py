@@ -32,7 +32,7 @@ def test_served_document_matches_the_snapshot(served: dict[str, Any]) -> None:
 def test_document_does_not_depend_on_model_or_config(served: dict[str, Any]) -> None:
     config = Config(model=ModelConfig(path=Path("/nonexistent.gguf"), name="other", version="v9", n_ctx=64,
                                       n_slots=1),
-                    limits=LimitsConfig(max_body_bytes=10, max_new_tokens=3, max_stop_strings=1))
+                    limits=LimitsConfig(max_body_bytes=10, max_new_tokens=3, estimate_new_tokens=1))
 
     def never() -> Any:
         raise AssertionError("producing the document must not load a model")

@@ -1,18 +1,18 @@
 """Server-sent events: `data:` framing, heartbeat comments, the typed error event, and the final `[DONE]`.
 
 - Each item is one `data: <json>` event, serialised with `exclude_unset` (a delta carries only what it sets).
-- When nothing has been sent for `HEARTBEAT_S` seconds (a long queue or prefill), a `: keep-alive` comment
-  goes out: SSE parsers ignore it, proxies see traffic, and a gone client is noticed on the write.
+- A `None` item is the producer's heartbeat cue (serving/core.py: nothing for `HEARTBEAT_S` seconds, a long
+  queue or prefill): a `: keep-alive` comment goes out; SSE parsers ignore it, proxies see traffic, and a
+  gone client is noticed on the write. The producer owns the timer, so no task is created per event.
 - If the producer fails mid-stream, an `event: error` with the envelope as `data` is sent (the `openai`
   client raises APIError on it), then `data: [DONE]`. `[DONE]` is always the last event.
-- When the client disconnects, Starlette cancels the response; the pending read is cancelled (or, if the
-  generator was between events, `SSEResponse` closes it), which closes the producer, whose runs abort their
-  engine requests (`AsyncEngine.stream`'s `finally`) within a step.
+- When the client disconnects, Starlette cancels the response; the cancellation reaches the producer's
+  pending wait, whose `finally` aborts its engine runs within a step. `SSEResponse` also closes the producer
+  (and calls `on_close`) when the response ends, so runs end even if the producer never started.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -27,7 +27,6 @@ from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.sse")
 
-HEARTBEAT_S = 15.0
 DONE = b"data: [DONE]\n\n"
 HEARTBEAT = b": keep-alive\n\n"
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -39,45 +38,25 @@ def frame(data: str, event: str | None = None) -> bytes:
 
 
 async def sse_stream(
-    items: AsyncIterator[BaseModel],
+    items: AsyncIterator[BaseModel | None],
     *,
     request_id: str,
     render_error: Callable[[ApiError, str], dict[str, Any]],
-    heartbeat_s: float | None = None,
 ) -> AsyncIterator[bytes]:
-    interval = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
-    pending: asyncio.Future[BaseModel] | None = None
     try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(items))
-            done, _ = await asyncio.wait({pending}, timeout=interval)
-            if not done:
-                yield HEARTBEAT
-                continue
-            task, pending = pending, None
-            try:
-                item = task.result()
-            except StopAsyncIteration:
-                break
-            except ApiError as exc:
-                yield frame(json.dumps(render_error(exc, request_id)), event="error")
-                break
-            except Exception:
-                log.exception("%s stream failed", request_id)
-                yield frame(
-                    json.dumps(render_error(ApiError("internal_error", INTERNAL), request_id)), event="error"
-                )
-                break
-            yield frame(item.model_dump_json(exclude_unset=True))
+        try:
+            async for item in items:
+                yield HEARTBEAT if item is None else frame(item.model_dump_json(exclude_unset=True))
+        except ApiError as exc:
+            yield frame(json.dumps(render_error(exc, request_id)), event="error")
+        except Exception:
+            log.exception("%s stream failed", request_id)
+            yield frame(json.dumps(render_error(ApiError("internal_error", INTERNAL), request_id)), event="error")
         yield DONE
     finally:
-        if pending is not None:
-            pending.cancel()
-        else:
-            aclose = getattr(items, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 class SSEResponse(StreamingResponse):
@@ -88,6 +67,11 @@ class SSEResponse(StreamingResponse):
     here runs its `finally` at once, and with it the engine aborts.
     """
 
+    def __init__(self, content: AsyncIterator[bytes], *, on_close: Callable[[], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
@@ -95,16 +79,20 @@ class SSEResponse(StreamingResponse):
             aclose = getattr(self.body_iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
+            if self._on_close is not None:
+                self._on_close()
 
 
 def sse_response(
-    items: AsyncIterator[BaseModel],
+    items: AsyncIterator[BaseModel | None],
     *,
     request_id: str,
     render_error: Callable[[ApiError, str], dict[str, Any]],
+    on_close: Callable[[], None] | None = None,
 ) -> StreamingResponse:
     return SSEResponse(
         sse_stream(items, request_id=request_id, render_error=render_error),
+        on_close=on_close,
         media_type="text/event-stream",
         headers=HEADERS,
     )

@@ -13,7 +13,8 @@ MAX_SEED = 2**63 - 1
 
 
 class GenerateRequest(StrictModel):
-    prompt: str = Field(min_length=1, description="text to continue; special-token text is not parsed")
+    prompt: str = Field(min_length=1, description="text to continue; control-token text is plain text unless "
+                        "parse_special is true")
     max_new_tokens: int = Field(16, ge=1, le=1 << 17, description="at most this many new tokens")
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="0 is greedy")
     top_k: int = Field(0, ge=0, le=1 << 20, description="0 is off")
@@ -21,6 +22,8 @@ class GenerateRequest(StrictModel):
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="same seed, same tokens, in any process")
     stop: StopList | None = Field(None, description="up to 4 strings that end the generation (not returned)")
     model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")
+    parse_special: bool = Field(False, description="read control-token text in the prompt (`<|im_start|>`) as "
+                                "the model's control tokens")
 
     def to_sampling_params(self) -> SamplingParams:
         return SamplingParams(

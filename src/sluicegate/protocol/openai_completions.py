@@ -52,6 +52,11 @@ class CompletionRequest(StrictModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, max_length=256, description="recorded with the request in the log")
+    parse_special: bool = Field(
+        True,
+        description="read control-token text in the prompt (`<|im_start|>`) as the model's control tokens, as "
+        "llama.cpp's server and vLLM do; false tokenises it as plain text (a sluicegate extension)",
+    )
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts, one list entry each."""

@@ -68,34 +68,45 @@ class Budget:
     max_prompt_tokens: int | None = None  # configured prompt-token limit; None: the window minus one
     max_new_tokens: int | None = None  # configured new-token limit; None: the window alone
     max_token_bytes: int = 0  # the longest token's text, in UTF-8 bytes; 0: unknown (no early refusal)
+    max_special_bytes: int = 0  # the longest control token's written form (`<|im_start|>`), in UTF-8 bytes
+    estimate_new_tokens: int = 256  # the cost estimate's new tokens when a request sets no limit
 
     @classmethod
     def for_runner(cls, runner: ModelRunner, limits: LimitsConfig | None = None) -> Budget:
         """Reads the whole vocabulary once (tens of milliseconds for 50k tokens): call it off the loop."""
         limits = limits or LimitsConfig()
         n_vocab = runner.limits.n_vocab
-        longest = max((len(runner.token_bytes(i)) for i in range(n_vocab)), default=0)
-        return cls(runner.limits.n_ctx, limits.max_prompt_tokens, limits.max_new_tokens, longest)
+        longest = special = 0
+        for i in range(n_vocab):
+            n = len(runner.token_bytes(i))
+            longest = max(longest, n)
+            if n == 0:  # a control token: no text bytes, but parse_special reads it from its written form
+                special = max(special, len(runner.token_text(i).encode("utf-8")))
+        return cls(runner.limits.n_ctx, limits.max_prompt_tokens, limits.max_new_tokens, longest, special,
+                   limits.estimate_new_tokens)
 
     @property
     def prompt_limit(self) -> int:
         return _prompt_limit(self.n_ctx, self.max_prompt_tokens)
 
-    def check_prompt_bytes(self, n_bytes: int, *, specials: int = 0, param: str = "prompt") -> None:
+    def check_prompt_bytes(self, n_bytes: int, *, specials: int = 0, param: str = "prompt",
+                           parse_special: bool = False) -> None:
         """Refuse, before tokenising, a text that must be more tokens than the prompt limit.
 
         Without special-token parsing every token covers at most `max_token_bytes` bytes of the text, so the
-        text is at least ceil(n_bytes / max_token_bytes) tokens (plus `specials` the tokenizer adds).
+        text is at least ceil(n_bytes / max_token_bytes) tokens (plus `specials` the tokenizer adds); with it,
+        a control token's written form may cover more (`max_special_bytes`), and the bound uses the larger.
         """
+        per_token = max(self.max_token_bytes, self.max_special_bytes if parse_special else 0)
         if self.max_token_bytes <= 0:
             return
-        at_least = -(-n_bytes // self.max_token_bytes) + specials
+        at_least = -(-n_bytes // per_token) + specials
         limit = self.prompt_limit
         if at_least > limit:
             raise ApiError(
                 "prompt_too_long",
                 f"the prompt is at least {at_least} tokens ({n_bytes} bytes; no token covers more than "
-                f"{self.max_token_bytes} bytes); at most {limit} prompt tokens are accepted "
+                f"{per_token} bytes); at most {limit} prompt tokens are accepted "
                 f"({_why(limit, self.n_ctx)})",
                 param=param, code="prompt_tokens_exceeded",
             )

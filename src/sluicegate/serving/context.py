@@ -6,6 +6,8 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
+from sluicegate.engine.types import Priority
+
 _serial = itertools.count(1)
 
 
@@ -15,7 +17,9 @@ class RequestContext:
     arrival: float = field(default_factory=time.monotonic)  # monotonic, stamped by the first middleware
     created: int = field(default_factory=lambda: int(time.time()))
     stages_ms: dict[str, float] = field(default_factory=dict)  # reported in Server-Timing
-    tenant: str = ""
+    tenant: str = ""  # whose request: the scheduler's fairness unit (the API key's id once keys are on)
+    priority: Priority = Priority.INTERACTIVE  # batch jobs run at Priority.BATCH
+    deadline: float | None = None  # monotonic; past it the engine drops or cuts the request
     serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
 
     @property

@@ -24,6 +24,7 @@ STATUS: Mapping[str, int] = {
     "not_ready": 503,
     "shutting_down": 503,
     "internal_error": 500,
+    "deadline_exceeded": 504,
 }
 
 

@@ -1,41 +1,32 @@
-"""`/v1/generate`: validate -> budget -> submit -> shape."""
+"""`/v1/generate`, an adapter on the serving core: the request's one conversion, and the response's shape."""
 
 from __future__ import annotations
 
 import time
 from typing import Literal, cast
 
-from sluicegate.engine import EngineOverloaded, EngineRequest, EngineStopped, FinishReason, RequestOutput
+from sluicegate.engine import FinishReason, RequestOutput
 from sluicegate.protocol.common import ModelInfo, PromptTokensDetails, StageTiming, Usage
 from sluicegate.protocol.generate import GenerateRequest, GenerateResponse
 from sluicegate.serving.context import RequestContext
-from sluicegate.serving.errors import ApiError
-from sluicegate.serving.models import ServedModel, check_text
+from sluicegate.serving.core import Runs, check_text_bytes, check_tokens, collect_finished, start_runs
+from sluicegate.serving.models import ServedModel
 
 
-def engine_error(exc: Exception) -> ApiError:
-    """Map the engine's refusals to the envelope."""
-    if isinstance(exc, EngineOverloaded):
-        return ApiError("overloaded", str(exc), retry_after=exc.retry_after, code="queue_full")
-    if isinstance(exc, EngineStopped):
-        return ApiError("shutting_down", str(exc), retry_after=5)
-    raise exc
-
-
-async def prepare(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -> EngineRequest:
+async def start(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -> Runs:
+    """Validate against the model, tokenise, check the budget, start the one run."""
     model.resolve(req.model)
-    budget = model.token_budget
     t = time.perf_counter()
-    budget.check_prompt_bytes(check_text(req.prompt, "prompt"))  # a huge prompt is refused untokenised
-    ids = await model.tokenize(req.prompt)
-    t = ctx.stage("tokenize", t)
-    budget.check(len(ids), req.max_new_tokens)
-    params = req.to_sampling_params()
-    return EngineRequest(ctx.engine_id, ids, params, arrival=ctx.arrival, tenant=ctx.tenant)
+    check_text_bytes(model, req.prompt, "prompt", parse_special=req.parse_special)  # before tokenising
+    ids = await model.tokenize(req.prompt, parse_special=req.parse_special)
+    ctx.stage("tokenize", t)
+    check_tokens(model, len(ids), req.max_new_tokens, prompt_param="prompt", new_param="max_new_tokens")
+    return start_runs(model, ctx, [ids], req.to_sampling_params(), requested_new=req.max_new_tokens)
 
 
 def shape(
-    model: ServedModel, req: GenerateRequest, out: RequestOutput, ctx: RequestContext,
+    model: ServedModel, req: GenerateRequest, out: RequestOutput, token_ids: list[int], text: str,
+    ctx: RequestContext,
 ) -> GenerateResponse:
     if out.finish_reason is None or out.finish_reason is FinishReason.ERROR or out.timing is None:
         raise RuntimeError(out.error or "the engine returned no result")
@@ -44,7 +35,7 @@ def shape(
     return GenerateResponse(
         id=ctx.request_id, created=ctx.created,
         model=ModelInfo(name=ident.name, version=ident.version, digest=ident.digest),
-        text=out.text, token_ids=out.new_token_ids, finish_reason=finish,
+        text=text, token_ids=token_ids, finish_reason=finish,
         seed=None if req.temperature == 0.0 else out.seed,
         usage=Usage(
             prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
@@ -60,11 +51,7 @@ def shape(
 
 
 async def generate(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -> GenerateResponse:
-    engine_req = await prepare(model, req, ctx)
-    try:
-        out = await model.engine.generate(engine_req)
-    except (EngineOverloaded, EngineStopped) as exc:
-        raise engine_error(exc) from None
-    for name in ("queue", "prefill", "decode"):
-        ctx.stages_ms[name] = getattr(out.timing, f"{name}_ms", 0.0)
-    return shape(model, req, out, ctx)
+    runs = await start(model, req, ctx)
+    (result,) = await collect_finished(runs, ctx)
+    assert result.final is not None
+    return shape(model, req, result.final, result.token_ids, result.text, ctx)

@@ -14,10 +14,10 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sluicegate.engine import EngineRequest, FinishReason, SamplingParams
+from sluicegate.engine import FinishReason
 from sluicegate.protocol.openai_chat import (
     AssistantMessage,
     ChatChoice,
@@ -39,7 +39,6 @@ from sluicegate.protocol.openai_chat import (
     ToolMessage,
 )
 from sluicegate.protocol.openai_common import FinishReason as OpenAIFinish
-from sluicegate.serving.budget import check_budget
 from sluicegate.serving.chat_template import (
     ChatPrompt,
     ChatTemplate,
@@ -49,18 +48,23 @@ from sluicegate.serving.chat_template import (
 )
 from sluicegate.serving.constraints import Grammar, GrammarConstraint, GrammarError, compile_json
 from sluicegate.serving.context import RequestContext
+from sluicegate.serving.core import (
+    HEARTBEAT_S,
+    Runs,
+    check_tokens,
+    collect_finished,
+    default_new_tokens,
+    finish_error,
+    start_runs,
+)
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
 from sluicegate.serving.openai_common import (
-    Runs,
     chat_logprobs,
-    collect_finished,
     fingerprint,
-    finish_error,
-    logit_bias,
     openai_finish,
     record_user,
-    run_seed,
+    sampling_params,
     usage,
 )
 
@@ -78,7 +82,6 @@ class ChatPlan:
     prompt_text: str
     runs: Runs
     tool: ToolMode | None
-    constraints: list[GrammarConstraint | None] = field(default_factory=list)
     model_ref: str = ""
     fingerprint: str = ""
 
@@ -252,18 +255,17 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
             code="no_chat_template",
         )
     t = time.perf_counter()
+    n_bytes = 0
     for i, msg in enumerate(req.messages):
-        check_text(_text(msg.content), f"messages[{i}].content")
+        n_bytes += check_text(_text(msg.content), f"messages[{i}].content")
+    model.token_budget.check_prompt_bytes(n_bytes, param="messages")  # the contents alone are this many tokens
     messages = template_messages(req, template.uses_tools)
     prompt = await _render(model, template, messages, _tool_list(req) if template.uses_tools else None)
     t = ctx.stage("tokenize", t)
-    n_ctx = model.limits.n_ctx
-    max_new = req.max_new_tokens
+    n_prompt = len(prompt.token_ids)
+    requested = req.max_new_tokens
     new_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    check_budget(
-        len(prompt.token_ids), max_new or 1, n_ctx=n_ctx, prompt_param="messages", new_param=new_param
-    )
-    max_new = max_new or n_ctx - len(prompt.token_ids)
+    check_tokens(model, n_prompt, requested or 1, prompt_param="messages", new_param=new_param)
     schema, schema_param = _schema(req)
     grammar: Grammar | None = None
     if schema is not None:
@@ -278,38 +280,20 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
                 code="unsupported_schema",
             ) from None
         ctx.stage("grammar", t)
-    bias = logit_bias(req.logit_bias, model.limits.n_vocab)
-    want_lp = (req.top_logprobs or 0) if req.logprobs else None
-    requests: list[EngineRequest] = []
-    constraints: list[GrammarConstraint | None] = []
-    for i in range(req.n):
-        params = SamplingParams(
-            max_new_tokens=max_new,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            seed=run_seed(req.seed, i),
-            stop=tuple([req.stop] if isinstance(req.stop, str) else req.stop or ()),
-            presence_penalty=req.presence_penalty,
-            frequency_penalty=req.frequency_penalty,
-            logit_bias=bias,
-            logprobs=want_lp,
-        )
-        constraint = grammar.constraint() if grammar is not None else None
-        constraints.append(constraint)
-        rid = ctx.engine_id if req.n == 1 else f"{ctx.engine_id}:{i}"
-        requests.append(
-            EngineRequest(
-                rid, prompt.token_ids, params, arrival=ctx.arrival, tenant=ctx.tenant, constraint=constraint
-            )
-        )
-    forced = req.tool_choice is not None and req.tool_choice != "none"
+    params = sampling_params(
+        req, model.limits.n_vocab, max_new_tokens=requested or default_new_tokens(model, n_prompt),
+        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+    )
     tool = None
-    if forced:
+    if req.tool_choice is not None and req.tool_choice != "none":
         tool = ToolMode(
             req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
         )
-    runs = Runs(model.engine, requests)
-    return ChatPlan(req, prompt.text, runs, tool, constraints, ident.ref, fingerprint(model))
+    runs = start_runs(
+        model, ctx, [prompt.token_ids], params, n=req.n, requested_new=requested,
+        constraint=None if grammar is None else grammar.constraint,
+    )
+    return ChatPlan(req, prompt.text, runs, tool, ident.ref, fingerprint(model))
 
 
 async def _render(
@@ -341,8 +325,8 @@ def _call_id() -> str:
 
 
 def _check_constraint(plan: ChatPlan, i: int) -> None:
-    c = plan.constraints[i] if plan.constraints else None
-    if c is not None and c.failed:
+    c = plan.runs.requests[i].constraint
+    if isinstance(c, GrammarConstraint) and c.failed:
         raise ApiError("internal_error", "internal error; report the request id")
 
 
@@ -426,8 +410,9 @@ class _Chunks:
 
 async def stream(
     model: ServedModel, plan: ChatPlan, ctx: RequestContext
-) -> AsyncIterator[ChatCompletionChunk]:
-    """The chunks of a streamed answer (the runs are already started). Errors raise ApiError mid-stream.
+) -> AsyncIterator[ChatCompletionChunk | None]:
+    """The chunks of a streamed answer (the runs are already started). Errors raise ApiError mid-stream;
+    `None` is a heartbeat cue (nothing to send for a while).
 
     Every choice first gets its role (and, for a named tool, the call's id and name); then text deltas (or
     argument deltas) as the engine releases them; then an empty delta with the finish reason. A `required`
@@ -463,7 +448,11 @@ async def stream(
                 )
             else:
                 yield chunks.one(i, ChoiceDelta(role="assistant", content=""))
-        async for i, out in plan.runs.events():
+        async for ev in plan.runs.events(HEARTBEAT_S):
+            if ev is None:
+                yield None
+                continue
+            i, out = ev
             if out.finished:
                 err = finish_error(out)
                 if err is not None:

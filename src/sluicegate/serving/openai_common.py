@@ -1,29 +1,25 @@
-"""What both OpenAI-compatible surfaces share: fingerprint, engine runs for n choices, logprobs, usage.
+"""What both OpenAI-compatible surfaces share: fingerprint, logit bias, finish reasons, logprobs, usage.
 
-n > 1 is n engine requests submitted together (choice i is run i, seeded `seed + i` when a seed is given, so
-every choice can be replayed alone); their outputs are merged as they arrive. Streaming and non-streaming go
-through the same `Runs`, which is why a seeded request streams exactly the text it returns whole.
+Runs, n > 1 and collection are the serving core's (serving/core.py): streaming and non-streaming read the
+same `Runs`, which is why a seeded request streams exactly the text it returns whole.
 """
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import hashlib
 import logging
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from sluicegate import __version__
 from sluicegate.backends.base import ModelRunner
-from sluicegate.engine import AsyncEngine, EngineRequest, FinishReason, RequestOutput, TokenLogprob
-from sluicegate.protocol.openai_common import MAX_SEED, OpenAIUsage, PromptTokensDetails, TopLogprob
+from sluicegate.engine import FinishReason, RequestOutput, SamplingParams, TokenLogprob
+from sluicegate.protocol.openai_common import OpenAIUsage, PromptTokensDetails, TopLogprob
 from sluicegate.protocol.openai_common import TokenLogprob as TokenLogprobOut
-from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
-from sluicegate.serving.generate import engine_error
 from sluicegate.serving.models import ServedModel
 
 log = logging.getLogger("sluicegate.openai")
@@ -41,10 +37,6 @@ def fingerprint(model: ServedModel) -> str:
         f"{'' if lim.batch_invariant else '|batch-variant'}"
     )
     return "fp_" + hashlib.sha256(key.encode()).hexdigest()[:10]
-
-
-def run_seed(seed: int | None, i: int) -> int | None:
-    return None if seed is None else (seed + i) % (MAX_SEED + 1)
 
 
 def record_user(request_id: str, **ids: str | None) -> None:
@@ -70,6 +62,33 @@ def logit_bias(bias: dict[str, float] | None, n_vocab: int) -> dict[int, float] 
     return out
 
 
+class SamplingFields(Protocol):
+    """The sampling fields chat and text completion requests share."""
+
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: str | list[str] | None
+    presence_penalty: float
+    frequency_penalty: float
+    logit_bias: dict[str, float] | None
+
+
+def sampling_params(req: SamplingFields, n_vocab: int, *, max_new_tokens: int, logprobs: int | None) -> SamplingParams:
+    """Both OpenAI surfaces' one conversion to the engine's SamplingParams."""
+    return SamplingParams(
+        max_new_tokens=max_new_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        stop=tuple([req.stop] if isinstance(req.stop, str) else req.stop or ()),
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        logit_bias=logit_bias(req.logit_bias, n_vocab),
+        logprobs=logprobs,
+    )
+
+
 def check_token_ids(ids: Sequence[int], n_vocab: int, param: str) -> None:
     if any(t >= n_vocab for t in ids):
         raise ApiError(
@@ -80,107 +99,8 @@ def check_token_ids(ids: Sequence[int], n_vocab: int, param: str) -> None:
         )
 
 
-def finish_error(out: RequestOutput) -> ApiError | None:
-    """The error a finished run means for its client, if any (logged here, once)."""
-    if out.finish_reason is FinishReason.ERROR:
-        log.error("%s engine error: %s", out.request_id, out.error)
-        return ApiError("internal_error", "internal error; report the request id")
-    if out.finish_reason is FinishReason.CANCELLED:
-        return ApiError(
-            "shutting_down", "the request was cancelled: the server is shutting down", retry_after=5
-        )
-    return None
-
-
 def openai_finish(reason: FinishReason | None) -> Literal["stop", "length"]:
     return "length" if reason is FinishReason.LENGTH else "stop"
-
-
-@dataclass(slots=True)
-class RunResult:
-    """One run merged: every delta's text, ids and logprobs, and the final counts."""
-
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    final: RequestOutput | None = None
-
-
-class Runs:
-    """The engine requests of one API request, started together, read as one stream of (index, delta)."""
-
-    def __init__(self, engine: AsyncEngine, requests: Sequence[EngineRequest]) -> None:
-        self._engine = engine
-        self._requests = list(requests)
-        self._queue: asyncio.Queue[tuple[int, RequestOutput]] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def start(self) -> None:
-        """Submit every run; an overload or shutdown refusal raises here, before any output is sent."""
-        self._tasks = [asyncio.ensure_future(self._pump(i, r)) for i, r in enumerate(self._requests)]
-        # Each task's first step runs `engine.submit` synchronously (AsyncEngine.stream submits before its
-        # first await), and tasks created before this sleep run before it returns.
-        await asyncio.sleep(0)
-        for task in self._tasks:
-            if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
-                self.close()
-                if isinstance(exc, ApiError) or not isinstance(exc, Exception):
-                    raise exc
-                raise engine_error(exc)
-
-    async def _pump(self, i: int, request: EngineRequest) -> None:
-        async for out in self._engine.stream(request):
-            self._queue.put_nowait((i, out))
-
-    async def events(self) -> AsyncIterator[tuple[int, RequestOutput]]:
-        """Deltas in arrival order until every run has finished; leaving early aborts the rest."""
-        remaining = len(self._tasks)
-        try:
-            while remaining:
-                i, out = await self._queue.get()
-                if out.finished:
-                    remaining -= 1
-                yield i, out
-        finally:
-            self.close()
-
-    async def collect(self) -> list[RunResult]:
-        results = [RunResult() for _ in self._requests]
-        parts: list[list[str]] = [[] for _ in self._requests]
-        async for i, out in self.events():
-            r = results[i]
-            parts[i].append(out.text)
-            r.token_ids.extend(out.new_token_ids)
-            r.logprobs.extend(out.logprobs)
-            if out.finished:
-                r.final = out
-        for r, p in zip(results, parts, strict=True):
-            r.text = "".join(p)
-        return results
-
-    def close(self) -> None:
-        """Cancel every pump still running; each cancellation aborts its request in the engine."""
-        for task in self._tasks:
-            task.cancel()
-
-
-async def collect_finished(runs: Runs, ctx: RequestContext) -> list[RunResult]:
-    """Every run to its end (closing them whatever happens); the first engine failure raises; the first
-    run's stage times go to Server-Timing."""
-    try:
-        results = await runs.collect()
-    finally:
-        runs.close()
-    for r in results:
-        assert r.final is not None
-        err = finish_error(r.final)
-        if err is not None:
-            raise err
-    first = results[0].final
-    if first is not None and first.timing is not None:
-        for name in ("queue", "prefill", "decode"):
-            ctx.stages_ms[name] = getattr(first.timing, f"{name}_ms")
-    return results
 
 
 def usage(finals: Sequence[RequestOutput | None]) -> OpenAIUsage:

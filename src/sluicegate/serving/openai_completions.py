@@ -4,6 +4,10 @@ Several prompts and n > 1 multiply: choice `p * n + i` is run i of prompt p (Ope
 prompt's text before the completion (its logprobs are not computed, so echo with logprobs is refused).
 `suffix` means fill-in-the-middle: the prompt becomes `<fim_prefix>prompt<fim_suffix>suffix<fim_middle>` with
 the model's own FIM control tokens; a model without them refuses `suffix` rather than ignore it.
+
+Prompt text is tokenised with special-token parsing (`parse_special`, default true), as llama.cpp's server
+and vLLM do: the caller owns the whole prompt, so `<|im_start|>` in it is the model's control token, not ten
+characters of text (docs/openai.md). An adapter on the serving core (serving/core.py).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluicegate.backends.base import ModelRunner
-from sluicegate.engine import EngineRequest, RequestOutput, SamplingParams, TokenLogprob
+from sluicegate.engine import RequestOutput, TokenLogprob
 from sluicegate.protocol.openai_completions import (
     MAX_PROMPTS,
     Completion,
@@ -22,21 +26,25 @@ from sluicegate.protocol.openai_completions import (
     CompletionLogprobs,
     CompletionRequest,
 )
-from sluicegate.serving.budget import check_budget
 from sluicegate.serving.context import RequestContext
+from sluicegate.serving.core import (
+    HEARTBEAT_S,
+    Runs,
+    check_text_bytes,
+    check_tokens,
+    collect_finished,
+    finish_error,
+    start_runs,
+)
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
 from sluicegate.serving.openai_common import (
     CompletionLogprobState,
-    Runs,
     check_token_ids,
-    collect_finished,
     fingerprint,
-    finish_error,
-    logit_bias,
     openai_finish,
     record_user,
-    run_seed,
+    sampling_params,
     usage,
 )
 
@@ -95,8 +103,8 @@ async def _prompt_ids(model: ServedModel, req: CompletionRequest) -> tuple[list[
     for k, p in enumerate(prompts):
         param = "prompt" if len(prompts) == 1 else f"prompt[{k}]"
         if isinstance(p, str):
-            check_text(p, param)
-            ids = await model.tokenize(p, add_special=fim is None)
+            check_text_bytes(model, p, param, parse_special=req.parse_special)
+            ids = await model.tokenize(p, add_special=fim is None, parse_special=req.parse_special)
             text = p
         else:
             check_token_ids(p, n_vocab, param)
@@ -113,6 +121,7 @@ async def _prompt_ids(model: ServedModel, req: CompletionRequest) -> tuple[list[
 
 
 async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContext) -> CompletionPlan:
+    """Validate, tokenise, check every prompt's budget, and start the runs."""
     ident = model.resolve(req.model)
     if req.stream_options is not None and not req.stream:
         raise ApiError(
@@ -137,33 +146,11 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
     all_ids, texts = await _prompt_ids(model, req)
     ctx.stage("tokenize", t)
     for k, ids in enumerate(all_ids):
-        check_budget(
-            len(ids),
-            req.max_tokens,
-            n_ctx=model.limits.n_ctx,
-            prompt_param="prompt" if len(all_ids) == 1 else f"prompt[{k}]",
-            new_param="max_tokens",
-        )
-    bias = logit_bias(req.logit_bias, model.limits.n_vocab)
-    stop = tuple([req.stop] if isinstance(req.stop, str) else req.stop or ())
-    requests: list[EngineRequest] = []
-    for k, ids in enumerate(all_ids):
-        for i in range(req.n):
-            params = SamplingParams(
-                max_new_tokens=req.max_tokens,
-                temperature=req.temperature,
-                top_p=req.top_p,
-                seed=run_seed(req.seed, i),
-                stop=stop,
-                presence_penalty=req.presence_penalty,
-                frequency_penalty=req.frequency_penalty,
-                logit_bias=bias,
-                logprobs=req.logprobs,
-            )
-            single = len(all_ids) * req.n == 1
-            rid = ctx.engine_id if single else f"{ctx.engine_id}:{k * req.n + i}"
-            requests.append(EngineRequest(rid, ids, params, arrival=ctx.arrival, tenant=ctx.tenant))
-    return CompletionPlan(req, texts, Runs(model.engine, requests), ident.ref, fingerprint(model))
+        param = "prompt" if len(all_ids) == 1 else f"prompt[{k}]"
+        check_tokens(model, len(ids), req.max_tokens, prompt_param=param, new_param="max_tokens")
+    params = sampling_params(req, model.limits.n_vocab, max_new_tokens=req.max_tokens, logprobs=req.logprobs)
+    runs = start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens)
+    return CompletionPlan(req, texts, runs, ident.ref, fingerprint(model))
 
 
 def _logprobs(
@@ -205,8 +192,11 @@ async def complete(model: ServedModel, plan: CompletionPlan, ctx: RequestContext
     )
 
 
-async def stream(model: ServedModel, plan: CompletionPlan, ctx: RequestContext) -> AsyncIterator[Completion]:
-    """Chunks: the prompt first when echoing, then text deltas, then an empty delta with the finish reason."""
+async def stream(
+    model: ServedModel, plan: CompletionPlan, ctx: RequestContext
+) -> AsyncIterator[Completion | None]:
+    """Chunks: the prompt first when echoing, then text deltas, then an empty delta with the finish reason;
+    `None` is a heartbeat cue (nothing to send for a while)."""
     req = plan.request
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     n_choices = len(plan.prompt_texts) * req.n
@@ -239,7 +229,11 @@ async def stream(model: ServedModel, plan: CompletionPlan, ctx: RequestContext) 
                         )
                     ]
                 )
-        async for i, out in plan.runs.events():
+        async for ev in plan.runs.events(HEARTBEAT_S):
+            if ev is None:
+                yield None
+                continue
+            i, out = ev
             if out.finished:
                 err = finish_error(out)
                 if err is not None:

@@ -133,24 +133,28 @@ async def _serve(
     refuse: Callable[[Mapping[str, Any]], Refusal | None],
     surface: ModuleType,  # serving.openai_chat or serving.openai_completions: prepare, stream, complete
 ) -> Response:
-    """Read, plan and start the runs, then stream them as SSE or answer once (chat and completions alike)."""
+    """Read, plan and start the runs, then stream them as SSE or answer once (chat and completions alike).
+    The runs end with the response whatever happens: `close` aborts what a gone client left running."""
     ctx = context_of(request.scope)
     try:
         req = await read_openai(request, schema, refuse)
         model = app_state(request).served()
-        plan = await surface.prepare(model, req, ctx)
-        await plan.runs.start()
+        plan = await surface.prepare(model, req, ctx)  # started: the runs are in the engine
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
     if getattr(req, "stream", False):
         stream = surface.stream(model, plan, ctx)
-        return sse_response(stream, request_id=ctx.request_id, render_error=openai_envelope)
+        return sse_response(
+            stream, request_id=ctx.request_id, render_error=openai_envelope, on_close=plan.runs.close
+        )
     try:
         result = await unless_disconnected(request.receive, surface.complete(model, plan, ctx))
     except ClientDisconnected:
         return Response(status_code=499)
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
+    finally:
+        plan.runs.close()
     return json_reply(result, ctx)
 
 

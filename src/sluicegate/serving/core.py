@@ -1,0 +1,211 @@
+"""The serving core every surface shares: admission checks, fan-out to engine runs, collection, refusals.
+
+A surface (generate, chat, completions, and the coming predictions and batch items) is an adapter: it parses
+its protocol model, converts it once to token ids and one `SamplingParams`, and shapes the result. Everything
+between is here, so every surface gets the same rules:
+
+- `check_tokens`: the token budget with every `LimitsConfig` rule (prompt-token limit, window, new-token
+  limit), and `check_text_bytes`, the untokenised pre-check that refuses a huge text in microseconds;
+- `start_runs`: `n` choices per prompt fanned out once (run i seeded `seed + i`, so every choice can be
+  replayed alone), engine ids unique per request, tenant/priority/deadline from the request context, the
+  engine's refusals mapped to the envelope, and the request's one cost estimate;
+- `Runs`: the started runs, read through one `OutputCollector` (no task per run or per event): `events()`
+  for streams (with heartbeat cues), `collect()` for whole answers; leaving early aborts what is left;
+- `finish_error`: what a run's end means for its client.
+
+The cost estimate (`Runs.cost`) is what rate limits reserve and deadlines predict with: prompt tokens plus
+the new tokens the request may generate; a request that sets no limit (chat without `max_tokens`) is
+estimated at `LimitsConfig.estimate_new_tokens` (docs/serving.md), and settles to its real count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+
+from sluicegate.engine import (
+    AsyncEngine,
+    EngineOverloaded,
+    EngineRequest,
+    EngineStopped,
+    FinishReason,
+    RequestOutput,
+    SamplingParams,
+    TokenLogprob,
+)
+from sluicegate.engine.client import OutputCollector
+from sluicegate.engine.types import Constraint
+from sluicegate.serving.context import RequestContext
+from sluicegate.serving.errors import ApiError
+from sluicegate.serving.models import ServedModel, check_text
+
+log = logging.getLogger("sluicegate.serving")
+
+HEARTBEAT_S = 15.0  # a stream silent this long gets a heartbeat cue (an SSE comment), so proxies keep it open
+MAX_SEED = 2**63 - 1
+
+
+def engine_error(exc: Exception) -> ApiError:
+    """Map the engine's refusals to the envelope (anything else is a bug and re-raises)."""
+    if isinstance(exc, EngineOverloaded):
+        return ApiError("overloaded", str(exc), retry_after=exc.retry_after, code="queue_full")
+    if isinstance(exc, EngineStopped):
+        return ApiError("shutting_down", str(exc), retry_after=5)
+    raise exc
+
+
+def finish_error(out: RequestOutput) -> ApiError | None:
+    """The error a finished run means for its client, if any (logged here, once)."""
+    if out.finish_reason is FinishReason.ERROR:
+        log.error("%s engine error: %s", out.request_id, out.error)
+        return ApiError("internal_error", "internal error; report the request id")
+    if out.finish_reason is FinishReason.CANCELLED:
+        return ApiError(
+            "shutting_down", "the request was cancelled: the server is shutting down", retry_after=5
+        )
+    if out.finish_reason is FinishReason.EXPIRED:
+        done = f" after {out.completion_tokens} new tokens" if out.completion_tokens else " before it started"
+        return ApiError("deadline_exceeded", f"the request's deadline passed{done}", code="deadline_exceeded")
+    return None
+
+
+def check_text_bytes(model: ServedModel, text: str, param: str, *, parse_special: bool = False) -> None:
+    """Refuse text that is not valid Unicode, or whose byte length alone proves it over the prompt limit."""
+    n_bytes = check_text(text, param)
+    model.token_budget.check_prompt_bytes(n_bytes, param=param, parse_special=parse_special)
+
+
+def check_tokens(model: ServedModel, prompt_tokens: int, max_new: int, *, prompt_param: str,
+                 new_param: str) -> None:
+    """Every token rule of the served model's budget (serving/budget.py), with the surface's names."""
+    model.token_budget.check(prompt_tokens, max_new, prompt_param=prompt_param, new_param=new_param)
+
+
+def default_new_tokens(model: ServedModel, prompt_tokens: int) -> int:
+    """A request that sets no limit may generate to the end of the window, capped by the server's limit."""
+    room = model.limits.n_ctx - prompt_tokens
+    cap = model.token_budget.max_new_tokens
+    return room if cap is None else min(room, cap)
+
+
+def run_seed(seed: int | None, i: int) -> int | None:
+    return None if seed is None else (seed + i) % (MAX_SEED + 1)
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One run merged: every delta's text, ids and logprobs, and the final counts."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    final: RequestOutput | None = None
+
+
+class Runs:
+    """The engine runs of one API request, submitted together and read as one stream of (index, delta)."""
+
+    def __init__(self, engine: AsyncEngine, requests: Sequence[EngineRequest], cost: int) -> None:
+        self.requests = list(requests)
+        self.cost = cost  # tokens: prompt plus the new tokens each run may generate (module doc)
+        self._engine = engine
+        self._collector: OutputCollector | None = None
+        self._open: set[int] = set()
+
+    def start(self) -> None:
+        """Submit every run; an overload or shutdown refusal raises ApiError here, before any output."""
+        try:
+            self._collector = self._engine.submit(self.requests)
+        except (EngineOverloaded, EngineStopped) as exc:
+            raise engine_error(exc) from None
+        self._open = set(range(len(self.requests)))
+
+    async def events(
+        self, heartbeat_s: float | None = None,
+    ) -> AsyncIterator[tuple[int, RequestOutput] | None]:
+        """Deltas in arrival order until every run has finished; `None` when `heartbeat_s` passed without
+        output. Leaving early (or being cancelled) aborts the runs still going."""
+        collector = self._collector
+        assert collector is not None, "start() first"
+        try:
+            while self._open:
+                batch = await collector.get(heartbeat_s)
+                if not batch:
+                    yield None
+                for i, out in batch:
+                    if out.finished:
+                        self._open.discard(i)
+                    yield i, out
+        finally:
+            self.close()
+
+    async def collect(self) -> list[RunResult]:
+        """Every run to its end (closing them whatever happens)."""
+        results = [RunResult() for _ in self.requests]
+        async for ev in self.events():
+            assert ev is not None
+            i, out = ev
+            r = results[i]
+            r.text += out.text
+            r.token_ids.extend(out.new_token_ids)
+            r.logprobs.extend(out.logprobs)
+            if out.finished:
+                r.final = out
+        return results
+
+    def close(self) -> None:
+        """Abort every run that has not finished (each frees its slot within one engine step)."""
+        for i in sorted(self._open):
+            self._engine.abort(self.requests[i].request_id)
+        self._open.clear()
+
+
+def start_runs(
+    model: ServedModel,
+    ctx: RequestContext,
+    prompts: Sequence[list[int]],
+    params: SamplingParams,
+    *,
+    n: int = 1,
+    requested_new: int | None = None,
+    constraint: Callable[[], Constraint] | None = None,
+) -> Runs:
+    """Fan out `n` runs per prompt (choice `p * n + i` is run i of prompt p, seeded `seed + i`), build the
+    engine requests from the context, and start them. `requested_new` is the request's own new-token limit
+    (None when it set none: the cost estimate then uses `estimate_new_tokens`). `constraint`, when given,
+    makes each run's own decoding constraint."""
+    single = len(prompts) * n == 1
+    estimate = model.token_budget.estimate_new_tokens
+    requests: list[EngineRequest] = []
+    cost = 0
+    for k, ids in enumerate(prompts):
+        for i in range(n):
+            run = dataclasses.replace(params, seed=run_seed(params.seed, i)) if n > 1 else params
+            rid = ctx.engine_id if single else f"{ctx.engine_id}:{k * n + i}"
+            requests.append(EngineRequest(
+                rid, ids, run, arrival=ctx.arrival, priority=ctx.priority, tenant=ctx.tenant,
+                deadline=ctx.deadline, constraint=None if constraint is None else constraint(),
+            ))
+            new = run.max_new_tokens if requested_new is not None else min(run.max_new_tokens, estimate)
+            cost += len(ids) + new
+    runs = Runs(model.engine, requests, cost)
+    runs.start()
+    return runs
+
+
+async def collect_finished(runs: Runs, ctx: RequestContext) -> list[RunResult]:
+    """Every run to its end; the first engine failure raises; the first run's stage times go to
+    Server-Timing."""
+    results = await runs.collect()
+    for r in results:
+        assert r.final is not None
+        err = finish_error(r.final)
+        if err is not None:
+            raise err
+    first = results[0].final
+    if first is not None and first.timing is not None:
+        for name in ("queue", "prefill", "decode"):
+            ctx.stages_ms[name] = getattr(first.timing, f"{name}_ms")
+    return results

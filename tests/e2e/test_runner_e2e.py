@@ -1,0 +1,62 @@
+"""The real llama.cpp runner and server: control-token parsing on the text routes, and flash attention
+marking the runner batch-variant (fingerprint and start-up warning)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
+from tests.e2e.conftest import Server, start_server, stop_server
+
+CHATML = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def vocab() -> LlamaCppRunner:
+    return LlamaCppRunner(default_model_path(), n_ctx=64, n_slots=1)
+
+
+def test_a_chatml_prompt_on_completions_is_read_with_its_control_tokens(server: Server, vocab: LlamaCppRunner) -> None:
+    """As llama.cpp's server and vLLM read it: `<|im_start|>` is one control token, not ten of text."""
+    parsed = vocab.tokenize(CHATML, parse_special=True)
+    plain = vocab.tokenize(CHATML, parse_special=False)
+    im_start = vocab.tokenize("<|im_start|>", add_special=False, parse_special=True)
+    assert len(im_start) == 1 and parsed.count(im_start[0]) == 2 and im_start[0] not in plain
+    body = {"model": "smollm2-135m-instruct", "prompt": CHATML, "max_tokens": 1, "temperature": 0}
+    with httpx.Client(base_url=server.url, timeout=120) as http:
+        default = http.post("/v1/completions", json=body).json()["usage"]["prompt_tokens"]
+        as_text = http.post("/v1/completions", json={**body, "parse_special": False}).json()
+        native = http.post("/v1/generate", json={"prompt": CHATML, "max_new_tokens": 1, "parse_special": True})
+        native_plain = http.post("/v1/generate", json={"prompt": CHATML, "max_new_tokens": 1})
+    assert default == len(parsed) < as_text["usage"]["prompt_tokens"] == len(plain)
+    assert native.json()["usage"]["prompt_tokens"] == len(parsed)
+    assert native_plain.json()["usage"]["prompt_tokens"] == len(plain)  # /v1/generate keeps its default
+
+
+def test_flash_attention_marks_the_real_runner_batch_variant(tmp_path: Path) -> None:
+    plain = LlamaCppRunner(default_model_path(), n_ctx=64, n_slots=1)
+    fast = LlamaCppRunner(default_model_path(), n_ctx=64, n_slots=1, flash_attn=True)
+    try:
+        assert plain.limits.batch_invariant and not fast.limits.batch_invariant
+    finally:
+        plain.close()
+        fast.close()
+    srv = start_server(tmp_path, "--slots", "2", "--ctx", "256", "--flash-attn")
+    try:
+        with httpx.Client(base_url=srv.url, timeout=120) as http:
+            body = {"model": "smollm2-135m-instruct", "prompt": "Hi", "max_tokens": 1}
+            fp = http.post("/v1/completions", json=body).json()["system_fingerprint"]
+    finally:
+        stop_server(srv)
+    log = srv.log()
+    assert "flash attention is on" in log
+    srv2 = start_server(tmp_path, "--slots", "2", "--ctx", "256")
+    try:
+        with httpx.Client(base_url=srv2.url, timeout=120) as http:
+            fp2 = http.post("/v1/completions", json=body).json()["system_fingerprint"]
+    finally:
+        stop_server(srv2)
+    assert fp != fp2 and "flash attention is on" not in srv2.log()

@@ -1,0 +1,28 @@
+"""`sluicegate serve` flags: every LimitsConfig field has one, and it reaches the configuration."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from sluicegate import cli
+from sluicegate.config import LimitsConfig
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli._serve_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["serve", *argv])
+
+
+def test_defaults_are_the_config_defaults() -> None:
+    assert cli.limits_from_args(parse()) == LimitsConfig()
+
+
+def test_every_limit_has_a_flag() -> None:
+    args = parse("--max-body-bytes", "2048", "--max-prompt-tokens", "64", "--max-new-tokens", "32",
+                 "--estimate-new-tokens", "16", "--drain-seconds", "2.5")
+    assert cli.limits_from_args(args) == LimitsConfig(
+        max_body_bytes=2048, max_prompt_tokens=64, max_new_tokens=32, estimate_new_tokens=16, drain_s=2.5)
+    assert {f.name for f in dataclasses.fields(LimitsConfig)} == {
+        "max_body_bytes", "max_prompt_tokens", "max_new_tokens", "estimate_new_tokens", "drain_s"}
