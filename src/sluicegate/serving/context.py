@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 _serial = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """What one request cost, as the engine counted it: set by the route, recorded in the usage ledger."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -15,7 +25,11 @@ class RequestContext:
     arrival: float = field(default_factory=time.monotonic)  # monotonic, stamped by the first middleware
     created: int = field(default_factory=lambda: int(time.time()))
     stages_ms: dict[str, float] = field(default_factory=dict)  # reported in Server-Timing
-    tenant: str = ""
+    tenant: str = ""  # the API key's id when auth is on: the scheduler's fairness unit
+    key_id: str | None = None  # the authenticated key; None when the store holds no key (auth off)
+    scopes: frozenset[str] = frozenset()  # what the key may do (auth off: every scope)
+    usage: TokenUsage | None = None  # set by a metered route when its work ends
+    meter: Callable[[], TokenUsage] | None = None  # else this, read when the response ends (streams, disconnects)
     serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
 
     @property

@@ -114,6 +114,8 @@ class Runs:
         self._requests = list(requests)
         self._queue: asyncio.Queue[tuple[int, RequestOutput]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+        self.delivered = [0] * len(self._requests)  # new tokens read per run, and each finished run's
+        self.finals: list[RequestOutput | None] = [None] * len(self._requests)  # final output: for metering
 
     async def start(self) -> None:
         """Submit every run; an overload or shutdown refusal raises here, before any output is sent."""
@@ -138,8 +140,10 @@ class Runs:
         try:
             while remaining:
                 i, out = await self._queue.get()
+                self.delivered[i] += len(out.new_token_ids)
                 if out.finished:
                     remaining -= 1
+                    self.finals[i] = out
                 yield i, out
         finally:
             self.close()
@@ -157,6 +161,10 @@ class Runs:
         for r, p in zip(results, parts, strict=True):
             r.text = "".join(p)
         return results
+
+    @property
+    def requests(self) -> list[EngineRequest]:
+        return self._requests
 
     def close(self) -> None:
         """Cancel every pump still running; each cancellation aborts its request in the engine."""

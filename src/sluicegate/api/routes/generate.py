@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
+from sluicegate.api.metering import from_usage
 from sluicegate.api.routes.common import error_responses, json_reply, read_request
 from sluicegate.protocol.generate import GenerateRequest, GenerateResponse
 from sluicegate.serving import generate as serving
@@ -27,4 +28,5 @@ async def generate(request: Request) -> Response:
         result = await unless_disconnected(request.receive, serving.generate(model, req, ctx))
     except ClientDisconnected:
         return Response(status_code=499)
+    ctx.usage = from_usage(result.usage)
     return json_reply(result, ctx)
