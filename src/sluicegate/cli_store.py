@@ -75,13 +75,19 @@ def serve_store(args: argparse.Namespace) -> tuple[Store | None, str | None]:
     from sqlalchemy.exc import SQLAlchemyError
 
     from sluicegate.store.db import Store, display_url, resolve_url
-    from sluicegate.store.migrate import ensure_current
+    from sluicegate.store.migrate import ensure_current, schema_state
     from sluicegate.tenancy.keys import any_keys
 
     url = resolve_url(args.database_url, args.data_dir)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its per-connection chatter; upgrades are logged here
     store = Store.open(url)
     try:
-        refusal = ensure_current(store.engine, auto_upgrade=store.is_sqlite).refusal(url)
+        before = schema_state(store.engine)
+        state = ensure_current(store.engine, auto_upgrade=store.is_sqlite)
+        if state.current != before.current:
+            log.info("store %s migrated from %s to revision %s", display_url(url), before.current or "an empty schema",
+                     state.current)
+        refusal = state.refusal(url)
         if refusal is not None:
             store.close()
             return None, refusal

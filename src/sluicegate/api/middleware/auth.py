@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -147,7 +148,9 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         ctx = context_of(scope)
+        t = time.perf_counter()
         refusal = await self._authenticate(scope, rule, ctx)
+        ctx.stage("auth", t)
         if refusal is not None:
             await send_error(send, refusal, ctx.request_id)
             return
