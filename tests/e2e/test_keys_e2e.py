@@ -118,9 +118,11 @@ def test_the_real_server_with_keys_made_by_another_process(tmp_path: Path) -> No
         r = httpx.post(f"{url}/v1/generate", json=GEN, headers={"x-api-key": secret}, timeout=60)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
 
-        with openai.OpenAI(base_url=f"{url}/v1", api_key=new_secret(), max_retries=0, timeout=60) as c:
-            with pytest.raises(openai.AuthenticationError):
-                c.chat.completions.create(model="smollm2-135m-instruct", messages=[{"role": "user", "content": "Hi"}])
+        with (
+            openai.OpenAI(base_url=f"{url}/v1", api_key=new_secret(), max_retries=0, timeout=60) as c,
+            pytest.raises(openai.AuthenticationError),
+        ):
+            c.chat.completions.create(model="smollm2-135m-instruct", messages=[{"role": "user", "content": "Hi"}])
         with openai.OpenAI(base_url=f"{url}/v1", api_key=secret, max_retries=0, timeout=60) as c:
             out = c.chat.completions.create(model="smollm2-135m-instruct", max_tokens=3,
                                             messages=[{"role": "user", "content": "Hi"}])

@@ -93,3 +93,20 @@ def test_without_a_writer_thread_flush_writes_in_the_caller(db_url: str) -> None
         assert (t.requests, t.prompt_tokens, t.cached_tokens, t.generated_tokens) == (1, 3, 1, 2)
     finally:
         store.close()
+
+
+def test_a_row_the_store_refuses_does_not_block_the_others(db_url: str) -> None:
+    store = Store.open(db_url)
+    ledger = UsageLedger(store)
+    try:
+        key, _ = create_key(store, "a")
+        ledger.record(key.id, "/v1/generate", 1, 0, 1, 200)
+        ledger.record("key_that_never_existed", "/v1/generate", 5, 0, 5, 200)  # the foreign key refuses it
+        ledger.record(key.id, "/v1/generate", 2, 0, 2, 200)
+        ledger.start()
+        assert ledger.flush()
+        (t,) = ledger.totals(all_keys=True)
+        assert (t.key_id, t.requests, t.prompt_tokens) == (key.id, 2, 3)
+    finally:
+        ledger.close()
+        store.close()

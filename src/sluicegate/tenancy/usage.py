@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import case, func, insert, select
+from sqlalchemy.exc import DataError, IntegrityError
 
 from sluicegate.store.db import Store
 from sluicegate.store.models import UsageRecord
@@ -90,7 +91,11 @@ class UsageLedger:
                     return
                 batch = self._take()
             try:
-                self._insert(batch)
+                try:
+                    self._insert(batch)
+                    written = len(batch)
+                except (IntegrityError, DataError):
+                    written = self._insert_each(batch)  # the store works, some row does not: keep the rest
             except Exception:
                 log.exception("usage ledger: writing %d rows failed; retrying in %.1fs", len(batch), self.retry_s)
                 with self._cond:
@@ -101,7 +106,7 @@ class UsageLedger:
                     self._cond.wait(self.retry_s)
                 continue
             with self._cond:
-                self._written += len(batch)
+                self._written += written
                 self._cond.notify_all()
 
     def _take(self) -> list[dict[str, Any]]:
@@ -110,6 +115,19 @@ class UsageLedger:
     def _insert(self, batch: list[dict[str, Any]]) -> None:
         with self.store.session() as s, s.begin():
             s.execute(insert(UsageRecord), batch)
+
+    def _insert_each(self, batch: list[dict[str, Any]]) -> int:
+        """Row by row, dropping (and logging) the rows the store refuses, so one bad row cannot block the
+        ledger. Any other failure propagates with the batch intact (it is retried whole; a row written twice
+        is the price of an outage in the middle of this, which is rarer than the bad row that led here)."""
+        refused = 0
+        for row in batch:
+            try:
+                self._insert([row])
+            except (IntegrityError, DataError):
+                refused += 1
+        log.error("usage ledger: the store refused %d of %d rows (dropped)", refused, len(batch))
+        return len(batch)
 
     def _trim(self) -> None:
         """Drop the oldest rows past `max_pending` (counted as written, so flush does not wait for them)."""
