@@ -7,7 +7,7 @@ is not at head, naming that command: a shared Postgres is upgraded once, deliber
 replica starts first.
 
 A new revision: `PYTHONPATH=src python -c "from sluicegate.store.migrate import new_revision; new_revision('add
-idempotency')"` writes `migrations/versions/<rev>_add_idempotency.py` to fill in (keep `models.py` in step).
+idempotency')"` writes `migrations/versions/0003_add_idempotency.py` to fill in (keep `models.py` in step).
 """
 
 from __future__ import annotations
@@ -116,7 +116,9 @@ def ensure_current(engine: Engine, *, auto_upgrade: bool) -> SchemaState:
 
 
 def new_revision(message: str) -> None:  # pragma: no cover - a developer tool
-    command.revision(alembic_config(), message=message)
+    """Write the next revision's file (`0003_<message>.py`, ...) for a developer to fill in."""
+    head = head_revision()
+    command.revision(alembic_config(), message=message, rev_id=f"{int(head) + 1:04d}" if head.isdigit() else None)
 
 
 __all__ = ["MIGRATIONS", "SchemaState", "SchemaStatus", "alembic_config", "ensure_current", "head_revision",
