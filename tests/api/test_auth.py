@@ -95,6 +95,7 @@ def test_scopes_per_route(db_url: str) -> None:
             ("GET", "/v1/usage", batch, None, 200),
             ("GET", "/openapi.json", None, None, 401),
             ("GET", "/openapi.json", gen, None, 200),
+            ("GET", "/healthz/x", None, None, 401),  # open means the exact path
             ("GET", "/no/such/route", None, None, 401),
             ("GET", "/no/such/route", gen, None, 404),
         ]

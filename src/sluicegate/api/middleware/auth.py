@@ -64,8 +64,9 @@ ANY_KEY = Rule("", None)  # every other path (the OpenAPI document, unknown rout
 
 
 def rule_for(path: str) -> Rule:
+    """The rule for a path; an open rule covers its exact path only (`/healthz/x` needs a key)."""
     for rule in ROUTE_RULES:
-        if path == rule.path or path.startswith(rule.path + "/"):
+        if path == rule.path or (not rule.open and path.startswith(rule.path + "/")):
             return rule
     return ANY_KEY
 
@@ -140,7 +141,7 @@ class AuthMiddleware:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # lifespan
             await self.app(scope, receive, send)
             return
         rule = rule_for(scope["path"])
@@ -152,7 +153,13 @@ class AuthMiddleware:
         refusal = await self._authenticate(scope, rule, ctx)
         ctx.stage("auth", t)
         if refusal is not None:
-            await send_error(send, refusal, ctx.request_id)
+            if scope["type"] == "websocket":  # no route takes one today; one added later is guarded too
+                await send({"type": "websocket.close", "code": 1008})
+            else:
+                await send_error(send, refusal, ctx.request_id)
+            return
+        if scope["type"] == "websocket":
+            await self.app(scope, receive, send)
             return
         if not rule.metered:
             await self.app(scope, receive, send)
