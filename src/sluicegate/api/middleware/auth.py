@@ -29,7 +29,7 @@ from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.serving.errors import ApiError
-from sluicegate.tenancy.keys import ALL_SCOPES, KEY_LENGTH, PREFIX, well_formed
+from sluicegate.tenancy.keys import ALL_SCOPES, KEY_LENGTH, PREFIX, KeyRecord, well_formed
 from sluicegate.tenancy.keys import Scope as KeyScope
 
 if TYPE_CHECKING:
@@ -135,6 +135,12 @@ def document_auth(doc: dict[str, Any]) -> None:
                                                             "scope", "content": _ENVELOPE})
 
 
+def api_key_of(scope: Scope) -> KeyRecord | None:
+    """The key this request was authenticated with (its `tpm` and `burst` included); None when auth is off."""
+    record = scope.get("state", {}).get("api_key")
+    return record if isinstance(record, KeyRecord) else None
+
+
 class AuthMiddleware:
     def __init__(self, app: ASGIApp, state: AppState) -> None:
         self.app = app
@@ -199,8 +205,9 @@ class AuthMiddleware:
             return _invalid("invalid_api_key")
         ctx.key_id = ctx.tenant = record.id
         ctx.scopes = record.scopes
+        scope.setdefault("state", {})["api_key"] = record  # for middleware inside this one (rate limits)
         if rule.scope is not None and rule.scope not in record.scopes:
             return _forbidden(rule.scope.value)
         return None
 
-__all__ = ["ROUTE_RULES", "AuthMiddleware", "Rule", "credentials", "document_auth", "rule_for"]
+__all__ = ["ROUTE_RULES", "AuthMiddleware", "Rule", "api_key_of", "credentials", "document_auth", "rule_for"]
