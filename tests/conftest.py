@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,6 +12,8 @@ from fastapi.testclient import TestClient
 from sluicegate.api.app import create_app
 from sluicegate.backends.reference import ReferenceRunner
 from sluicegate.config import Config
+from sluicegate.store.migrate import upgrade
+from tests.dbs import BACKENDS, postgres_database, sqlite_url, truncate, url_string
 
 
 def make_client(config: Config | None = None, factory: Callable[[], ReferenceRunner] | None = None) -> TestClient:
@@ -33,3 +36,33 @@ def client() -> Iterator[TestClient]:
     with make_client() as c:
         wait_ready(c)
         yield c
+
+
+@pytest.fixture(scope="session")
+def postgres_store_url() -> Iterator[str]:
+    """This session's Postgres database, migrated to head (skips when Postgres is absent)."""
+    with postgres_database() as url:
+        upgrade(url)
+        yield url_string(url)
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store migrated to head and holding nothing: a SQLite file, then the session's Postgres database."""
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path)
+        upgrade(url)
+        return url
+    url = str(request.getfixturevalue("postgres_store_url"))
+    truncate(url)
+    return url
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with no schema at all: a new SQLite file, or a new Postgres database."""
+    if request.param == "sqlite":
+        yield sqlite_url(tmp_path)
+        return
+    with postgres_database() as url:
+        yield url_string(url)

@@ -1,4 +1,4 @@
-"""`sluicegate serve | probe | compat`."""
+"""`sluicegate serve | keys | db | probe | compat`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from sluicegate.config import Config, LimitsConfig, ModelConfig
+from sluicegate import cli_store
+from sluicegate.config import AuthConfig, Config, LimitsConfig, ModelConfig, StoreConfig
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,6 +34,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="new tokens the cost estimate assumes for a request that sets no limit")
     p.add_argument("--drain-seconds", type=float, default=lim.drain_s,
                    help="on shutdown, how long in-flight requests may finish before they are cancelled")
+    cli_store.add_store_args(p)
+    p.add_argument("--insecure-no-auth", action="store_true",
+                   help="serve on a non-loopback address while the store holds no API key (anyone who reaches "
+                        "the port may use everything); auth still turns on once a key exists")
     p.add_argument("--log-level", default="info")
 
 
@@ -61,6 +66,8 @@ def serve(args: argparse.Namespace) -> int:
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
                           n_threads=args.threads, flash_attn=args.flash_attn),
         limits=limits_from_args(args),
+        store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),
+        auth=AuthConfig(insecure_no_auth=args.insecure_no_auth),
         host=args.host, port=args.port,
     )
     m = config.model
@@ -70,10 +77,17 @@ def serve(args: argparse.Namespace) -> int:
                               name=m.name, version=m.version, flash_attn=m.flash_attn)
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(config, factory)
-    uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                        timeout_graceful_shutdown=int(config.limits.drain_s) + 1)
-    uvicorn.Server(uv).run()
+    store, refusal = cli_store.serve_store(args)
+    if store is None:
+        print(f"sluicegate: {refusal}", file=sys.stderr)
+        return 2
+    try:
+        app = create_app(config, factory, store=store)
+        uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                            timeout_graceful_shutdown=int(config.limits.drain_s) + 1)
+        uvicorn.Server(uv).run()
+    finally:
+        store.close()
     return 0
 
 
@@ -91,9 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sluicegate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    cli_store.add_parsers(sub)
     sub.add_parser("probe", help="grade a server's boundary with awkward requests (probe --help)")
     sub.add_parser("compat", help="classify schema changes as compatible or breaking (compat --help)")
     args = parser.parse_args(argv)
+    if args.command in ("keys", "db"):
+        return cli_store.run(args)
     return serve(args)
 
 

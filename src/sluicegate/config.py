@@ -30,9 +30,27 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreConfig:
+    data_dir: Path = Path(".sluicegate")  # holds the default SQLite file (created on demand, owner-only)
+    database_url: str | None = None  # any SQLAlchemy URL (postgresql+psycopg://..., sqlite:///FILE); None: data_dir
+    usage_max_pending: int = 100_000  # usage rows held while the store is unreachable; older ones are dropped
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    insecure_no_auth: bool = False  # allow a non-loopback bind while the store holds no key (logged at start)
+    key_cache_ttl_s: float = 0.5  # how long a key lookup is trusted: bounds how late a revocation is seen
+    key_cache_size: int = 10_000  # most found keys cached per process (least recently used out)
+    unknown_cache_size: int = 4096  # most unknown keys remembered per process, apart from the found ones
+    max_key_queries: int = 4  # most key lookups in the store at once (a flood of made-up keys queues)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     host: str = "127.0.0.1"  # listen address
     port: int = 8000  # listen port

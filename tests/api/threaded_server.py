@@ -18,6 +18,7 @@ from sluicegate.api.state import AppState
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.reference import ReferenceRunner
 from sluicegate.config import Config
+from sluicegate.store.db import Store
 
 
 class SlowRunner(ReferenceRunner):
@@ -45,8 +46,9 @@ class Threaded:
 
 @contextmanager
 def threaded_server(
-    config: Config | None = None, runner: Callable[[], SlowRunner] | None = None
+    config: Config | None = None, runner: Callable[[], SlowRunner] | None = None, store: Store | None = None
 ) -> Iterator[Threaded]:
+    """`store`: the keys and usage ledger (the caller opens and closes it); None: in-memory, no key, auth off."""
     made: list[SlowRunner] = []
 
     def factory() -> SlowRunner:
@@ -54,7 +56,7 @@ def threaded_server(
         made.append(r)
         return r
 
-    app = create_app(config or Config(), factory)
+    app = create_app(config or Config(), factory, store=store)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])

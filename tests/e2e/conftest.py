@@ -32,7 +32,10 @@ class Server:
 
 
 def start_server(tmp: Path, *args: str, timeout: float = 180.0) -> Server:
+    """`sluicegate serve` on a free port; its store is a fresh SQLite file under `tmp` unless `args` name one."""
     port = free_port()
+    if "--database-url" not in args and "--data-dir" not in args:
+        args = (*args, "--data-dir", str(tmp / f"data-{port}"))
     log_path = tmp / f"server-{port}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with log_path.open("wb") as log:

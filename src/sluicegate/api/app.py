@@ -13,29 +13,35 @@ from pydantic import BaseModel
 
 from sluicegate import __version__
 from sluicegate.api.errors import install_error_handlers
+from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
-from sluicegate.api.routes import generate, health, metrics, openai
+from sluicegate.api.routes import generate, health, metrics, openai, usage
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.config import Config
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_completions import CompletionRequest
+from sluicegate.store.db import Store
 
 REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest]
 
 
-def create_app(config: Config, factory: RunnerFactory) -> FastAPI:
-    state = AppState(config, factory)
+def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None) -> FastAPI:
+    """The app. `store` holds the API keys and the usage ledger (the caller opens, migrates and closes it);
+    None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document)."""
+    state = AppState(config, factory) if store is None else AppState(config, factory, store)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.open_tenancy()
         loading = asyncio.create_task(state.load())
         try:
             yield
         finally:
             await loading
             await state.close()
+            await state.close_tenancy()
 
     app = FastAPI(title="sluicegate", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.sluicegate = state
@@ -44,7 +50,9 @@ def create_app(config: Config, factory: RunnerFactory) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(generate.router)
     app.include_router(openai.router)
+    app.include_router(usage.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes)
+    app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused
     app.add_middleware(RequestContextMiddleware)  # added last: outermost, so every answer carries the id
 
     def openapi() -> dict[str, Any]:
@@ -55,6 +63,7 @@ def create_app(config: Config, factory: RunnerFactory) -> FastAPI:
                 schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 schemas.update(schema.pop("$defs", {}))
                 schemas[model.__name__] = schema
+            document_auth(doc)
             app.openapi_schema = doc
         return app.openapi_schema
 

@@ -17,6 +17,9 @@ from sluicegate.engine import AsyncEngine, Engine
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
+from sluicegate.store.db import Store, in_memory
+from sluicegate.tenancy.key_cache import KeyCache
+from sluicegate.tenancy.usage import UsageLedger
 
 log = logging.getLogger("sluicegate")
 
@@ -27,6 +30,9 @@ RunnerFactory = Callable[[], ModelRunner]
 class AppState:
     config: Config
     factory: RunnerFactory
+    store: Store = field(default_factory=in_memory)  # keys and the usage ledger; the caller owns it
+    keys: KeyCache = field(init=False)
+    ledger: UsageLedger = field(init=False)
     model: ServedModel | None = None
     engine: Engine | None = None
     load_error: str | None = None
@@ -36,6 +42,22 @@ class AppState:
     def __post_init__(self) -> None:
         ready = Gauge("sluicegate_ready", "1 once the model has loaded and the engine runs", registry=self.registry)
         ready.set_function(lambda: 1.0 if self.model is not None else 0.0)
+        self.ledger = UsageLedger(self.store, max_pending=self.config.store.usage_max_pending)
+        self.keys = self._key_cache()
+
+    def _key_cache(self) -> KeyCache:
+        a = self.config.auth
+        return KeyCache(self.store, ttl_s=a.key_cache_ttl_s, max_keys=a.key_cache_size,
+                        max_unknown=a.unknown_cache_size, max_queries=a.max_key_queries)
+
+    def open_tenancy(self) -> None:
+        """At start-up, on the serving event loop: a fresh key cache (its locks belong to one loop), the
+        ledger's writer thread."""
+        self.keys = self._key_cache()
+        self.ledger.start()
+
+    async def close_tenancy(self) -> None:
+        await asyncio.to_thread(self.ledger.close)
 
     async def load(self) -> None:
         """Load the model off the event loop; health answers meanwhile and readiness says 503."""

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sluicegate.engine.types import Priority
 
 _serial = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """What one request cost, as the engine counted it: set by the route, recorded in the usage ledger."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -20,6 +30,10 @@ class RequestContext:
     tenant: str = ""  # whose request: the scheduler's fairness unit (the API key's id once keys are on)
     priority: Priority = Priority.INTERACTIVE  # batch jobs run at Priority.BATCH
     deadline: float | None = None  # monotonic; past it the engine drops or cuts the request
+    key_id: str | None = None  # the authenticated key; None when the store holds no key (auth off)
+    scopes: frozenset[str] = frozenset()  # what the key may do (auth off: every scope)
+    usage: TokenUsage | None = None  # set by a metered route when its work ends
+    meter: Callable[[], TokenUsage] | None = None  # else this, read when the response ends (streams, disconnects)
     serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
 
     @property

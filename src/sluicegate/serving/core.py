@@ -113,6 +113,8 @@ class Runs:
         self._engine = engine
         self._collector: OutputCollector | None = None
         self._open: set[int] = set()
+        self.delivered = [0] * len(self.requests)  # new tokens read per run (metering a client that left)
+        self.finals: list[RequestOutput | None] = [None] * len(self.requests)  # each finished run's last output
 
     def start(self) -> None:
         """Submit every run; an overload or shutdown refusal raises ApiError here, before any output."""
@@ -135,8 +137,10 @@ class Runs:
                 if not batch:
                     yield None
                 for i, out in batch:
+                    self.delivered[i] += len(out.new_token_ids)
                     if out.finished:
                         self._open.discard(i)
+                        self.finals[i] = out
                     yield i, out
         finally:
             self.close()

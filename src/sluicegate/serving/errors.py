@@ -14,6 +14,9 @@ STATUS: Mapping[str, int] = {
     "invalid_json": 400,
     "unsupported_media_type": 415,
     "body_too_large": 413,
+    "authentication_required": 401,
+    "invalid_api_key": 401,
+    "permission_denied": 403,
     "invalid_request": 422,
     "context_length_exceeded": 422,
     "prompt_too_long": 422,
@@ -23,6 +26,7 @@ STATUS: Mapping[str, int] = {
     "overloaded": 503,
     "not_ready": 503,
     "shutting_down": 503,
+    "store_unavailable": 503,
     "internal_error": 500,
     "deadline_exceeded": 504,
 }

@@ -50,8 +50,8 @@ def shape(
     )
 
 
-async def generate(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -> GenerateResponse:
-    runs = await start(model, req, ctx)
+async def complete(model: ServedModel, req: GenerateRequest, runs: Runs, ctx: RequestContext) -> GenerateResponse:
+    """Run the started run to its end and shape the response."""
     (result,) = await collect_finished(runs, ctx)
     assert result.final is not None
     return shape(model, req, result.final, result.token_ids, result.text, ctx)

@@ -1,6 +1,6 @@
 """The app on the tiny reference backend, served by uvicorn on 127.0.0.1: for socket tests and benchmarks.
 
-    python -m sluicegate.testing.refserver --port 8123 [--max-body-bytes N] [--ctx 512]
+    python -m sluicegate.testing.refserver --port 8123 [--max-body-bytes N] [--ctx 512] [--database-url URL]
 
 `running()` starts it as a subprocess on a free port and waits for readiness; the CLI's `serve` serves only
 llama.cpp, and the reference backend needs no model file.
@@ -36,16 +36,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ctx", type=int, default=512)
     p.add_argument("--slots", type=int, default=8)
     p.add_argument("--max-body-bytes", type=int, default=LimitsConfig().max_body_bytes)
+    p.add_argument("--database-url", default=None,
+                   help="the store (keys, usage), migrated to head here; default: a private in-memory one")
     p.add_argument("--log-level", default="warning")
     args = p.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     config = Config(limits=LimitsConfig(max_body_bytes=args.max_body_bytes), host=args.host, port=args.port)
-    app = create_app(config, lambda: ReferenceRunner(n_ctx=args.ctx, n_slots=args.slots))
-    uvicorn.Server(
-        uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-    ).run()
+    store = None
+    if args.database_url:
+        from sluicegate.store.db import Store
+        from sluicegate.store.migrate import upgrade_engine
+
+        store = Store.open(args.database_url)
+        upgrade_engine(store.engine)
+    app = create_app(config, lambda: ReferenceRunner(n_ctx=args.ctx, n_slots=args.slots), store=store)
+    try:
+        uvicorn.Server(
+            uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+        ).run()
+    finally:
+        if store is not None:
+            store.close()
     return 0
 
 

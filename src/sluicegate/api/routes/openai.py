@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
 from sluicegate.api.jsonbody import parse_json
+from sluicegate.api.metering import from_runs
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_envelope, openai_error_response
 from sluicegate.api.routes.common import json_reply, refuse_query, require_json
@@ -140,6 +141,7 @@ async def _serve(
         req = await read_openai(request, schema, refuse)
         model = app_state(request).served()
         plan = await surface.prepare(model, req, ctx)  # started: the runs are in the engine
+        ctx.meter = lambda: from_runs(plan.runs)  # read when the response has ended: streams and disconnects too
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
     if getattr(req, "stream", False):

@@ -1,0 +1,222 @@
+"""`sluicegate keys create | list | revoke` and `sluicegate db upgrade`: the store from the command line.
+
+Every command takes `--database-url URL` (any SQLAlchemy URL) or `--data-dir DIR` (the SQLite file there,
+default `./.sluicegate`), like `serve`. On SQLite they migrate the file themselves; on any other database they
+refuse a schema that is not at the code's head and name the command that upgrades it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sluicegate.config import StoreConfig
+
+if TYPE_CHECKING:
+    from sluicegate.store.db import Store
+
+log = logging.getLogger("sluicegate")
+
+
+def add_store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--database-url", default=None, metavar="URL",
+                   help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://user@host/db or sqlite:///FILE "
+                        "(default: the SQLite file under --data-dir)")
+    p.add_argument("--data-dir", type=Path, default=StoreConfig().data_dir, metavar="DIR",
+                   help="directory of the default SQLite store (created on demand; default ./.sluicegate)")
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    keys = sub.add_parser("keys", help="create, list and revoke API keys")
+    ksub = keys.add_subparsers(dest="keys_command", required=True)
+    create = ksub.add_parser("create", help="create a key; its secret is the last line of the output")
+    create.add_argument("--name", required=True, help="what the key is for (shown by keys list)")
+    create.add_argument("--scope", action="append", dest="scopes", metavar="SCOPE",
+                        choices=["generate", "batch", "admin", "metrics"],
+                        help="generate, batch, admin or metrics; repeat for several (default: generate)")
+    create.add_argument("--tpm", type=_positive_int, default=None, help="sustained tokens per minute")
+    create.add_argument("--burst", type=_positive_int, default=None, help="token bucket capacity")
+    create.add_argument("--expires-in", type=_positive_float, default=None, metavar="DAYS",
+                        help="the key stops working after this many days (default: never)")
+    add_store_args(create)
+    listing = ksub.add_parser("list", help="every key, one a line, its ID first (never the secret)")
+    add_store_args(listing)
+    revoke = ksub.add_parser("revoke", help="revoke a key: refused everywhere within a second")
+    revoke.add_argument("key_id", metavar="ID")
+    add_store_args(revoke)
+
+    db = sub.add_parser("db", help="the store's schema")
+    dsub = db.add_subparsers(dest="db_command", required=True)
+    up = dsub.add_parser("upgrade", help="apply the migrations this version ships (idempotent)")
+    add_store_args(up)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names only this machine: `localhost`, 127.0.0.0/8 or ::1 (not 0.0.0.0, not a name)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve_store(args: argparse.Namespace) -> tuple[Store | None, str | None]:
+    """The store `serve` will use, migrated on SQLite; or why it cannot start (with the command that fixes it).
+
+    Without a key in the store auth is off, so the server then binds only to loopback unless told
+    `--insecure-no-auth` (logged)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from sluicegate.store.db import Store, display_url, resolve_url
+    from sluicegate.store.migrate import ensure_current, schema_state
+    from sluicegate.tenancy.keys import any_keys
+
+    url = resolve_url(args.database_url, args.data_dir)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its per-connection chatter; upgrades are logged here
+    store = Store.open(url)
+    try:
+        before = schema_state(store.engine)
+        state = ensure_current(store.engine, auto_upgrade=store.is_sqlite)
+        if state.current != before.current:
+            log.info("store %s migrated from %s to revision %s", display_url(url), before.current or "an empty schema",
+                     state.current)
+        refusal = state.refusal(url)
+        if refusal is not None:
+            store.close()
+            return None, refusal
+        keyed = any_keys(store)
+    except SQLAlchemyError as exc:
+        store.close()
+        return None, f"the database at {display_url(url)} cannot be used: {type(exc).__name__}"
+    shown = display_url(url)
+    if keyed:
+        log.info("store %s: API keys are required", shown)
+        if args.insecure_no_auth:
+            log.warning("--insecure-no-auth has no effect: the store holds API keys, so every request needs one")
+    elif is_loopback(args.host):
+        log.info("store %s holds no API key: auth is off (loopback only) until one is created with "
+                 "`sluicegate keys create`", shown)
+    elif args.insecure_no_auth:
+        log.warning("--insecure-no-auth: serving on %s WITHOUT authentication; anyone who reaches the port may "
+                    "use everything (auth turns on once the store holds a key)", args.host)
+    else:
+        store.close()
+        return None, (f"the store {shown} holds no API key, so serving on {args.host} would let anyone use "
+                      "everything. Create a key first (sluicegate keys create --name NAME), serve on 127.0.0.1, "
+                      "or pass --insecure-no-auth")
+    return store, None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number")
+    return value
+
+
+def _fail(message: str) -> int:
+    print(f"sluicegate: {message}", file=sys.stderr)
+    return 2
+
+
+def _when(value: dt.datetime | None, none: str = "never") -> str:
+    return none if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from sluicegate.store.db import Store, display_url, resolve_url
+
+    url = resolve_url(args.database_url, args.data_dir)
+    try:
+        if args.command == "db":
+            return _db_upgrade(url)
+        store = Store.open(url)
+        try:
+            refusal = _ready(store, url)
+            if refusal is not None:
+                return _fail(refusal)
+            return _keys(store, args)
+        finally:
+            store.close()
+    except SQLAlchemyError as exc:
+        return _fail(f"the database at {display_url(url)} cannot be used: {type(exc).__name__}")
+
+
+def _ready(store: Store, url: str) -> str | None:
+    from sluicegate.store.migrate import ensure_current
+
+    return ensure_current(store.engine, auto_upgrade=store.is_sqlite).refusal(url)
+
+
+def _db_upgrade(url: str) -> int:
+    from sluicegate.store.db import display_url, make_engine
+    from sluicegate.store.migrate import schema_state, upgrade
+
+    engine = make_engine(url)
+    try:
+        before = schema_state(engine)
+    finally:
+        engine.dispose()
+    after = upgrade(url)
+    if before.current == after.current:
+        print(f"{display_url(url)}: already at revision {after.current} (head)")
+    else:
+        print(f"{display_url(url)}: upgraded from {before.current or 'an empty schema'} to revision {after.current}")
+    return 0
+
+
+def _keys(store: Store, args: argparse.Namespace) -> int:
+    from sluicegate.tenancy import keys
+
+    if args.keys_command == "create":
+        expires = None if args.expires_in is None else dt.timedelta(days=args.expires_in)
+        try:
+            scopes = keys.parse_scopes(args.scopes or ["generate"])
+            record, secret = keys.create_key(store, args.name, scopes, tpm=args.tpm, burst=args.burst,
+                                             expires_in=expires)
+        except ValueError as exc:
+            return _fail(str(exc))
+        print(f"created {record.id} ({record.name}): scopes {','.join(sorted(record.scopes))}, "
+              f"tpm {record.tpm or 'default'}, burst {record.burst or 'default'}, "
+              f"expires {_when(record.expires_at)}")
+        print("the secret follows; it is shown this once and stored only as a hash:")
+        print(secret)
+        return 0
+    if args.keys_command == "list":
+        for r in keys.list_keys(store):
+            print("  ".join([
+                r.id, r.display_prefix + "...", r.state(), ",".join(sorted(r.scopes)),
+                f"tpm={r.tpm or '-'}", f"burst={r.burst or '-'}", f"created={_when(r.created_at)}",
+                f"expires={_when(r.expires_at)}", f"revoked={_when(r.revoked_at, '-')}", r.name,
+            ]))
+        return 0
+    before = keys.get_key(store, args.key_id)
+    if before is None:
+        print(f"sluicegate: no key {args.key_id}", file=sys.stderr)
+        return 1
+    after = keys.revoke_key(store, args.key_id)
+    assert after is not None and after.revoked_at is not None
+    if before.revoked_at is not None:
+        print(f"{after.id} was already revoked at {_when(after.revoked_at)}")
+    else:
+        print(f"revoked {after.id} at {_when(after.revoked_at)}; every server refuses it within a second")
+    return 0
+
+
+__all__ = ["add_parsers", "add_store_args", "is_loopback", "run", "serve_store"]

@@ -1,0 +1,104 @@
+"""Opening the store: a SQLAlchemy engine and session factory for a URL (SQLite by default, Postgres by URL).
+
+Store access is synchronous SQLAlchemy. Callers on the event loop run it in a thread (`asyncio.to_thread`);
+the hot path (authenticating a request) reads an in-process cache instead (tenancy/key_cache.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+DB_FILE = "sluicegate.db"  # the SQLite file's name under the data directory
+
+
+def default_url(data_dir: Path) -> str:
+    """The SQLite file under `data_dir` (the directory is created, private to its owner, when first used)."""
+    return f"sqlite:///{Path(data_dir).expanduser().resolve() / DB_FILE}"
+
+
+def resolve_url(database_url: str | None, data_dir: Path) -> str:
+    return database_url if database_url else default_url(data_dir)
+
+
+def display_url(url: str | URL) -> str:
+    """The URL with its password masked: safe for a log line or an error message."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def is_sqlite(url: str | URL) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """WAL lets key lookups read while the usage ledger writes; foreign keys are off in SQLite by default."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    mode = cur.execute("PRAGMA journal_mode").fetchone()
+    if mode and str(mode[0]).lower() != "memory":
+        cur.execute("PRAGMA journal_mode=WAL")
+    cur.close()
+
+
+def make_engine(url: str | URL) -> Engine:
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return create_engine(u, pool_pre_ping=True, hide_parameters=True)
+    # hide_parameters: a failed statement's message (logged) never carries the values bound to it
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}, "hide_parameters": True}
+    if u.database in (None, "", ":memory:"):
+        kwargs["poolclass"] = StaticPool  # one shared connection: an in-memory database exists per connection
+    else:
+        path = Path(u.database).expanduser()
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True, mode=0o700)
+    engine = create_engine(u, **kwargs)
+    event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+@dataclass(slots=True)
+class Store:
+    """An open store: the engine, a session factory, and the URL it was opened with."""
+
+    engine: Engine
+    sessions: sessionmaker[Session]
+
+    @classmethod
+    def open(cls, url: str | URL) -> Store:
+        engine = make_engine(url)
+        return cls(engine, sessionmaker(engine, expire_on_commit=False))
+
+    @property
+    def url(self) -> URL:
+        return self.engine.url
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    def session(self) -> Session:
+        return self.sessions()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def in_memory() -> Store:
+    """A private in-memory SQLite store, migrated to head: the app's store when it is given none (tests)."""
+    from sluicegate.store.migrate import upgrade_engine
+
+    store = Store.open("sqlite://")
+    upgrade_engine(store.engine)
+    return store
+
+
+__all__ = ["DB_FILE", "Store", "default_url", "display_url", "in_memory", "is_sqlite", "make_engine",
+           "resolve_url"]

@@ -1,0 +1,89 @@
+"""The store's tables as typed SQLAlchemy 2 declarative models.
+
+The schema itself is owned by the Alembic migrations under `migrations/versions/`; these models must match
+the head revision (tests/store check it with Alembic's autogenerate comparison). A later feature adds its
+table (idempotency records, jobs) with a new model here and a new revision there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import BigInteger, Date, DateTime, ForeignKey, Index, Integer, MetaData, String, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Named constraints, so every backend names them the same and a later migration can drop or alter them.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    Postgres keeps `timestamptz`; SQLite has no time zones and hands back naive values, which are UTC here
+    because only UTC is ever written.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: the store only takes timezone-aware UTC timestamps")
+        return value.astimezone(dt.UTC)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; elsewhere the ledger's ids are 64-bit.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class ApiKey(Base):
+    """One API key. The secret itself is never stored: only its SHA-256 and a short prefix to find it by."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # `key_...`: public, the tenant
+    name: Mapped[str] = mapped_column(String(200))
+    prefix: Mapped[str] = mapped_column(String(16), index=True)  # first characters of the random part
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)  # hex SHA-256 of the whole key
+    scopes: Mapped[str] = mapped_column(String(200))  # space-separated, sorted
+    tpm: Mapped[int | None] = mapped_column(Integer)  # sustained tokens per minute; None: the server's default
+    burst: Mapped[int | None] = mapped_column(Integer)  # bucket capacity in tokens; None: the server's default
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
+class UsageRecord(Base):
+    """The usage ledger: one row per request on a metered route, written after the response ended."""
+
+    __tablename__ = "usage"
+    __table_args__ = (Index("ix_usage_key_id_day", "key_id", "day"), Index("ix_usage_day", "day"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    key_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("api_keys.id"))  # None: auth was off
+    day: Mapped[dt.date] = mapped_column(Date)  # UTC day the request ended
+    route: Mapped[str] = mapped_column(String(64))
+    status: Mapped[int] = mapped_column(Integer)  # the HTTP status sent (499: the client left)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    cached_tokens: Mapped[int] = mapped_column(Integer)
+    generated_tokens: Mapped[int] = mapped_column(Integer)
+    request_id: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())

@@ -1,0 +1,217 @@
+"""API keys: the format, the hash the store keeps, and creating, finding, listing and revoking them.
+
+Format: `sg_live_` + 43 base62 characters (32 random bytes, 256 bits) + 6 base62 characters of CRC32 over
+everything before them, 57 characters in all, matching `sg_live_[0-9A-Za-z]{49}`. GitHub's `ghp_` design:
+the fixed prefix lets secret scanners find a leaked key, and the checksum lets them (and this server) tell a
+key from a lookalike, so a mistyped or truncated key is refused without a database lookup.
+
+Storage: only the SHA-256 of the whole key and the first `PREFIX_CHARS` characters of its random part (to
+find the row by an index, and to let an operator recognise a key in `keys list`). With 256 random bits a
+single fast hash is the right one: a slow password hash would add latency and no security, since nobody can
+guess such a key. The found row's hash is compared with `hmac.compare_digest`, in constant time.
+
+Synchronous SQLAlchemy: call from a thread when on the event loop (tenancy/key_cache.py does).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import hashlib
+import hmac
+import re
+import secrets
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import exists, select, update
+
+from sluicegate.store.db import Store
+from sluicegate.store.models import ApiKey
+
+PREFIX = "sg_live_"
+ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+RANDOM_BYTES = 32
+RANDOM_CHARS = 43  # 62**43 > 2**256
+CHECK_CHARS = 6  # 62**6 > 2**32
+KEY_LENGTH = len(PREFIX) + RANDOM_CHARS + CHECK_CHARS
+PREFIX_CHARS = 8  # stored, indexed and shown: 62**8 makes a collision between two keys vanishingly rare
+KEY_PATTERN = re.compile(rf"^{PREFIX}[0-9A-Za-z]{{{RANDOM_CHARS + CHECK_CHARS}}}$")
+
+
+class Scope(enum.StrEnum):
+    GENERATE = "generate"  # generate, chat, completions, predictions
+    BATCH = "batch"  # batch jobs and files
+    ADMIN = "admin"  # everyone's usage
+    METRICS = "metrics"  # /metrics
+
+
+ALL_SCOPES = frozenset(Scope)
+DEFAULT_SCOPES = frozenset({Scope.GENERATE})
+
+
+def _base62(n: int, width: int) -> str:
+    out = []
+    for _ in range(width):
+        n, r = divmod(n, 62)
+        out.append(ALPHABET[r])
+    assert n == 0, "value wider than the field"
+    return "".join(reversed(out))
+
+
+def _checksum(body: str) -> str:
+    return _base62(zlib.crc32(body.encode("ascii")), CHECK_CHARS)
+
+
+def new_secret() -> str:
+    """A fresh key: the prefix, 32 random bytes in base62, and the checksum of both."""
+    body = PREFIX + _base62(int.from_bytes(secrets.token_bytes(RANDOM_BYTES), "big"), RANDOM_CHARS)
+    return body + _checksum(body)
+
+
+def well_formed(secret: str) -> bool:
+    """Prefix, length, alphabet and checksum: what can be checked without the store."""
+    if len(secret) != KEY_LENGTH or not KEY_PATTERN.match(secret):
+        return False
+    body, check = secret[:-CHECK_CHARS], secret[-CHECK_CHARS:]
+    return hmac.compare_digest(_checksum(body), check)
+
+
+def secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode("ascii")).hexdigest()
+
+
+def lookup_prefix(secret: str) -> str:
+    return secret[len(PREFIX):len(PREFIX) + PREFIX_CHARS]
+
+
+def new_key_id() -> str:
+    return "key_" + secrets.token_hex(12)
+
+
+def parse_scopes(names: Iterable[str]) -> frozenset[Scope]:
+    """Scopes by name; an unknown name raises ValueError naming the accepted ones."""
+    out = set()
+    for name in names:
+        try:
+            out.add(Scope(name))
+        except ValueError:
+            raise ValueError(f"unknown scope {name!r}; the scopes are {', '.join(s.value for s in Scope)}") from None
+    return frozenset(out)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """A key as the server sees it: never the secret."""
+
+    id: str
+    name: str
+    prefix: str
+    scopes: frozenset[Scope]
+    tpm: int | None
+    burst: int | None
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, row: ApiKey) -> KeyRecord:
+        return cls(row.id, row.name, row.prefix, parse_scopes(row.scopes.split()), row.tpm, row.burst,
+                   row.created_at, row.expires_at, row.revoked_at)
+
+    @property
+    def display_prefix(self) -> str:
+        return f"{PREFIX}{self.prefix}"
+
+    def state(self, now: dt.datetime | None = None) -> str:
+        """`active`, `revoked` or `expired`."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= (now or dt.datetime.now(dt.UTC)):
+            return "expired"
+        return "active"
+
+    def usable(self, now: dt.datetime | None = None) -> bool:
+        return self.state(now) == "active"
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def create_key(
+    store: Store,
+    name: str,
+    scopes: Iterable[Scope] = DEFAULT_SCOPES,
+    *,
+    tpm: int | None = None,
+    burst: int | None = None,
+    expires_in: dt.timedelta | None = None,
+) -> tuple[KeyRecord, str]:
+    """Create a key; returns its record and the secret, which exists nowhere else from now on."""
+    if not name or len(name) > 200:
+        raise ValueError("a key's name is 1 to 200 characters")
+    for label, value in (("tpm", tpm), ("burst", burst)):
+        if value is not None and value <= 0:
+            raise ValueError(f"{label} must be a positive number of tokens")
+    if expires_in is not None and expires_in <= dt.timedelta(0):
+        raise ValueError("a key's lifetime must be positive")
+    scope_set = frozenset(Scope(s) for s in scopes)
+    if not scope_set:
+        raise ValueError("a key needs at least one scope")
+    secret = new_secret()
+    now = _now()
+    row = ApiKey(
+        id=new_key_id(), name=name, prefix=lookup_prefix(secret), secret_hash=secret_hash(secret),
+        scopes=" ".join(sorted(scope_set)), tpm=tpm, burst=burst, created_at=now,
+        expires_at=None if expires_in is None else now + expires_in, revoked_at=None,
+    )
+    with store.session() as s, s.begin():
+        s.add(row)
+    return KeyRecord.of(row), secret
+
+
+def find_key(store: Store, secret: str) -> KeyRecord | None:
+    """The key this secret belongs to (revoked and expired ones too), or None. Malformed: None, no query."""
+    if not well_formed(secret):
+        return None
+    digest = secret_hash(secret)
+    with store.session() as s:
+        rows = s.scalars(select(ApiKey).where(ApiKey.prefix == lookup_prefix(secret))).all()
+    found = None
+    for row in rows:  # one row, but compare every candidate the same way
+        if hmac.compare_digest(row.secret_hash, digest):
+            found = row
+    return None if found is None else KeyRecord.of(found)
+
+
+def get_key(store: Store, key_id: str) -> KeyRecord | None:
+    with store.session() as s:
+        row = s.get(ApiKey, key_id)
+    return None if row is None else KeyRecord.of(row)
+
+
+def list_keys(store: Store) -> list[KeyRecord]:
+    with store.session() as s:
+        rows = s.scalars(select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)).all()
+    return [KeyRecord.of(r) for r in rows]
+
+
+def revoke_key(store: Store, key_id: str) -> KeyRecord | None:
+    """Revoke a key (a second revocation keeps the first time); None when there is no such key."""
+    with store.session() as s, s.begin():
+        s.execute(update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=_now()))
+        row = s.get(ApiKey, key_id)
+        return None if row is None else KeyRecord.of(row)
+
+
+def any_keys(store: Store) -> bool:
+    """Whether the store holds any key at all, revoked ones included: once it has, auth stays on."""
+    with store.session() as s:
+        return bool(s.scalar(select(exists().where(ApiKey.id.is_not(None)))))
+
+
+__all__ = ["ALL_SCOPES", "DEFAULT_SCOPES", "KEY_LENGTH", "KEY_PATTERN", "PREFIX", "KeyRecord", "Scope", "any_keys",
+           "create_key", "find_key", "get_key", "list_keys", "lookup_prefix", "new_secret", "parse_scopes",
+           "revoke_key", "secret_hash", "well_formed"]
