@@ -40,6 +40,7 @@ class RateLimitConfig:
     connect_timeout_s: float = 0.2  # Redis TCP connect timeout; a dead Redis must not hold a request
     socket_timeout_s: float = 0.2  # Redis read/write timeout per command
     op_timeout_s: float = 0.5  # hard bound on one limiter call, retries and pool waits included
+    max_connections: int = 50  # Redis connections per process; more concurrent calls wait (within op_timeout_s)
     retries: int = 1  # immediate retries of a failed Redis command (a stale pooled connection after a restart)
     default_tpm: int | None = None  # tokens per minute for keys that set none; None: such keys are unlimited
     default_burst: int | None = None  # capacity for keys that set none; None: one minute of tokens (= the tpm)

@@ -8,7 +8,8 @@ script, so replicas on machines with different clocks share one clock. The arith
 have filled it anyway (an absent bucket reads as full), so idle keys cost Redis nothing.
 
 Failures are bounded: short connect and socket timeouts, at most `retries` immediate retries, and a hard
-`op_timeout_s` around each call; anything that goes wrong becomes `RateLimiterUnavailable`.
+`op_timeout_s` around each call (the wait for a pooled connection included); anything that goes wrong becomes
+`RateLimiterUnavailable`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
@@ -125,13 +126,18 @@ class RedisRateLimiter:
     def from_config(cls, config: RateLimitConfig, clock: Callable[[], float] | None = None) -> RedisRateLimiter:
         if config.redis_url is None:
             raise ValueError("RateLimitConfig.redis_url is not set")
-        client = Redis.from_url(
+        # A blocking pool: a burst beyond `max_connections` waits for a free connection (within op_timeout_s)
+        # instead of failing at once, as redis-py's default pool does beyond its 100.
+        pool = BlockingConnectionPool.from_url(
             config.redis_url,
+            max_connections=config.max_connections,
+            timeout=config.op_timeout_s,
             socket_connect_timeout=config.connect_timeout_s,
             socket_timeout=config.socket_timeout_s,
             retry=Retry(NoBackoff(), config.retries),
             decode_responses=True,
         )
+        client = Redis.from_pool(pool)
         return cls(client, key_prefix=config.key_prefix, op_timeout_s=config.op_timeout_s, clock=clock)
 
     def _args(self, limit: TokenLimit, *more: int) -> list[str | int]:
