@@ -66,6 +66,10 @@ def rate_limit_headers(state: Decision | BucketState | None) -> dict[str, str]:
     }
 
 
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
 def _secs(seconds: float) -> str:
     return f"{seconds:.3f}".rstrip("0").rstrip(".") + " s"
 
@@ -88,8 +92,8 @@ def refusal_error(decision: Decision, param: str | None = None) -> ApiError:
         headers["retry-after-ms"] = str(max(1, ceil_ms(wait)))
         return ApiError(
             "rate_limit_exceeded",
-            f"this request may cost {decision.cost} tokens (prompt plus new tokens); {owed}; "
-            f"{decision.cost} are available in {_secs(wait)}",
+            f"this request may cost {_tokens(decision.cost)} (prompt plus new tokens); {owed}; "
+            f"it fits in {_secs(wait)}",
             code="tokens",
             retry_after=max(1, ceil_seconds(wait)),
             headers=headers,
@@ -98,7 +102,7 @@ def refusal_error(decision: Decision, param: str | None = None) -> ApiError:
         headers["x-should-retry"] = "false"
         return ApiError(
             "request_exceeds_capacity",
-            f"this request may cost {decision.cost} tokens (prompt plus new tokens); the key's capacity is "
+            f"this request may cost {_tokens(decision.cost)} (prompt plus new tokens); the key's capacity is "
             f"{decision.limit}, so it can never be admitted: ask for fewer new tokens or send a shorter prompt",
             param=param,
             code="tokens",
