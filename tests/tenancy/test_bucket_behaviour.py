@@ -106,3 +106,13 @@ def test_a_changed_limit_applies_to_the_level_the_key_has(driver: Driver) -> Non
     back = driver.reserve(3000)  # a larger limit again gives no tokens for free
     assert back.outcome is Outcome.LIMITED and back.remaining == 400
     assert back.retry_after_s == pytest.approx(2.6)
+
+
+def test_negative_token_counts_are_refused(driver: Driver) -> None:
+    with pytest.raises(ValueError):
+        driver.reserve(-5)
+    with pytest.raises(ValueError):
+        driver.settle(0, -5)
+    with pytest.raises(ValueError):
+        driver.settle(-5, 0)
+    assert driver.peek().remaining == 10_000

@@ -96,6 +96,13 @@ class Decision:
 
 
 
+def check_counts(**counts: int) -> None:
+    """Token counts are whole and non-negative: a negative cost would fill the bucket."""
+    for name, n in counts.items():
+        if n < 0:
+            raise ValueError(f"{name} must be a non-negative token count, not {n}")
+
+
 def refill(level: float, elapsed_s: float, limit: TokenLimit) -> float:
     """The level after `elapsed_s` seconds of refill; a clock that went backwards refills nothing."""
     return min(float(limit.burst), level + max(0.0, elapsed_s) * limit.rate)
@@ -166,6 +173,7 @@ class TokenBuckets:
             del self._buckets[k]
 
     def reserve(self, key: str, cost: int, limit: TokenLimit) -> Decision:
+        check_counts(cost=cost)
         with self._lock:
             now = self._clock()
             outcome, level = admit(self._level(key, now, limit), cost, limit)
@@ -174,6 +182,7 @@ class TokenBuckets:
         return decision_of(outcome, cost, level, limit)
 
     def settle(self, key: str, reserved: int, actual: int, limit: TokenLimit) -> BucketState:
+        check_counts(reserved=reserved, actual=actual)
         with self._lock:
             now = self._clock()
             level = settle_level(self._level(key, now, limit), reserved, actual, limit)

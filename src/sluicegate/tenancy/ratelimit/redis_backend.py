@@ -32,6 +32,7 @@ from sluicegate.tenancy.ratelimit.bucket import (
     Decision,
     Outcome,
     TokenLimit,
+    check_counts,
     decision_of,
     state_of,
 )
@@ -155,10 +156,12 @@ class RedisRateLimiter:
             raise RateLimiterUnavailable(reason) from exc
 
     async def reserve(self, key: str, cost: int, limit: TokenLimit) -> Decision:
+        check_counts(cost=cost)
         code, level = await self._run(self._reserve, key, self._args(limit, cost))
         return decision_of(_OUTCOMES[int(code)], cost, float(level), limit)
 
     async def settle(self, key: str, reserved: int, actual: int, limit: TokenLimit) -> BucketState | None:
+        check_counts(reserved=reserved, actual=actual)
         level = await self._run(self._settle, key, self._args(limit, reserved, actual))
         return state_of(float(level), limit)
 
