@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from sluicegate.tenancy.ratelimit import Outcome, TokenLimit
-from tests.tenancy.conftest import Driver
+from tests.ratelimit.conftest import Driver
 
 
 def test_a_fresh_key_starts_full_and_a_reservation_takes_its_cost(driver: Driver) -> None:

@@ -25,7 +25,7 @@ from sluicegate.tenancy.ratelimit import (
 )
 from sluicegate.tenancy.ratelimit.bucket import EPSILON, BucketState, Decision
 from sluicegate.tenancy.ratelimit.redis_backend import RedisRateLimiter
-from tests.tenancy.conftest import EXAMPLE, FakeClock
+from tests.ratelimit.conftest import EXAMPLE, FakeClock
 
 
 def hammer(threads: int, body: Callable[[], None]) -> None:

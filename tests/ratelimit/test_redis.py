@@ -23,8 +23,8 @@ from sluicegate.tenancy.ratelimit import (
     rate_limit_headers,
 )
 from sluicegate.tenancy.ratelimit.redis_backend import RedisRateLimiter
-from tests.tenancy.conftest import EXAMPLE, REDIS_URL, FakeClock, redis_config
-from tests.tenancy.replicas import replica
+from tests.ratelimit.conftest import EXAMPLE, REDIS_URL, FakeClock, redis_config
+from tests.ratelimit.replicas import replica
 
 HANG_GUARD_S = 30.0  # only so a hang fails the test instead of the suite; the limiter's own bound is op_timeout_s
 
