@@ -6,7 +6,8 @@ Each sample is one `await reserve(...)` followed by one `await settle(...)` (a r
 time on one event loop, timed with perf_counter_ns: the latency one request adds, not a throughput. Keys rotate
 over 100 so the buckets are not all one; the limit admits everything (a refusal is the same script, cheaper).
 Redis runs use the shipped defaults (`RateLimitConfig`) on Redis's clock, under a fresh key prefix deleted after.
-A warm-up of 10% of the runs is discarded. Prints a markdown table for docs/benchmarks.md.
+A warm-up of 10% of the runs is discarded. For reference, two PINGs on the same client: the round trips
+alone. Prints a markdown table for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -48,6 +50,18 @@ async def sample(limiter: RateLimiter, runs: int) -> list[float]:
     return out
 
 
+async def two_pings(client: Any, runs: int) -> list[float]:
+    """Microseconds per two PING round trips on the same client: the floor under reserve + settle."""
+    out: list[float] = []
+    for i in range(runs + runs // 10):
+        t = time.perf_counter_ns()
+        await client.ping()
+        await client.ping()
+        if i >= runs // 10:
+            out.append((time.perf_counter_ns() - t) / 1000)
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20_000)
@@ -66,6 +80,8 @@ async def main() -> None:
     limiter = RedisRateLimiter.from_config(RateLimitConfig(redis_url=args.redis_url, key_prefix=prefix))
     try:
         rows.append(("Redis (127.0.0.1, Lua, Redis TIME)", args.redis_runs, await sample(limiter, args.redis_runs)))
+        rows.append(("for reference: two Redis PINGs, same client", args.redis_runs,
+                     await two_pings(limiter.client, args.redis_runs)))
     finally:
         await limiter.close()
         with redis.Redis.from_url(args.redis_url) as r:
