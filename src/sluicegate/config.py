@@ -46,11 +46,28 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RateLimitConfig:
+    """Token-priced rate limits per API key (docs/ratelimits.md)."""
+
+    redis_url: str | None = None  # shared buckets for many replicas (`--redis-url`); None: in-process buckets
+    fail_open: bool = False  # Redis unreachable: False refuses with 503 rate_limiter_unavailable; True admits unmetered
+    key_prefix: str = "sluicegate:rl:"  # Redis key prefix for the buckets (one key per API key)
+    connect_timeout_s: float = 0.2  # Redis TCP connect timeout; a dead Redis must not hold a request
+    socket_timeout_s: float = 0.2  # Redis read/write timeout per command
+    op_timeout_s: float = 0.5  # hard bound on one limiter call, retries and pool waits included
+    max_connections: int = 50  # Redis connections per process; more concurrent calls wait (within op_timeout_s)
+    retries: int = 1  # immediate retries of a failed Redis command (a stale pooled connection after a restart)
+    default_tpm: int | None = None  # tokens per minute for keys that set none; None: such keys are unlimited
+    default_burst: int | None = None  # capacity for keys that set none; None: one minute of tokens (= the tpm)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
+    ratelimit: RateLimitConfig = field(default_factory=RateLimitConfig)
     host: str = "127.0.0.1"  # listen address
     port: int = 8000  # listen port
