@@ -6,6 +6,7 @@ import contextlib
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +37,8 @@ def sluicegate_server(*args: str, log: Path | None = None) -> Iterator[str]:
     port = free_port()
     out = log.open("wb") if log else subprocess.DEVNULL
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sluicegate", "serve", "--port", str(port), *args], stdout=out, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "sluicegate", "serve", "--port", str(port), "--data-dir", fresh_data_dir(), *args],
+        stdout=out, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -45,6 +47,11 @@ def sluicegate_server(*args: str, log: Path | None = None) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def fresh_data_dir() -> str:
+    """A store of its own for a benchmark's server: no API keys, so no 401 whatever the checkout holds."""
+    return tempfile.mkdtemp(prefix="sluicegate-bench-")
 
 
 def median(xs: list[float]) -> float:

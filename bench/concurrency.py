@@ -42,7 +42,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import free_port, wait_ready
+from bench.common import free_port, fresh_data_dir, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = ROOT / ".peer" / "venv" / "bin"
@@ -194,6 +194,8 @@ def ours(slots: int, log: Path, *extra: str, src: str | None = None) -> Iterator
     port = free_port()
     cmd = [sys.executable, "-m", "sluicegate", "serve", "--port", str(port), "--slots", str(slots),
            "--threads", "2", "--ctx", str(CTX_PER_SLOT), "--log-level", "warning", *extra]
+    if src is None:  # an older checkout may predate the store
+        cmd += ["--data-dir", fresh_data_dir()]
     with _serve(cmd, port, "/readyz", log, env={"PYTHONPATH": src} if src else None) as url:
         yield url
         PIDS.pop(url, None)

@@ -35,7 +35,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import free_port, median, wait_ready  # noqa: E402
+from bench.common import free_port, fresh_data_dir, median, wait_ready  # noqa: E402
 from sluicegate.testing.refserver import running  # noqa: E402
 
 MIB = 1 << 20
@@ -67,7 +67,7 @@ def reference_server() -> Iterator[Server]:
 @contextlib.contextmanager
 def model_server(threads: int | None = None) -> Iterator[Server]:
     port = free_port()
-    args = ["--port", str(port), "--slots", "4", "--log-level", "warning"]
+    args = ["--port", str(port), "--slots", "4", "--log-level", "warning", "--data-dir", fresh_data_dir()]
     if threads is not None:
         args += ["--threads", str(threads)]
     proc = subprocess.Popen(

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sluicegate import cli_store
-from sluicegate.config import AuthConfig, Config, LimitsConfig, ModelConfig, StoreConfig
+from sluicegate.config import AuthConfig, Config, LimitsConfig, ModelConfig, RateLimitConfig, StoreConfig
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +35,15 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--drain-seconds", type=float, default=lim.drain_s,
                    help="on shutdown, how long in-flight requests may finish before they are cancelled")
     cli_store.add_store_args(p)
+    rl = RateLimitConfig()
+    p.add_argument("--redis-url", default=rl.redis_url,
+                   help="rate-limit buckets in Redis, shared by every replica (default: in this process)")
+    p.add_argument("--rate-limit-fail-open", action="store_true",
+                   help="while Redis is unreachable, admit requests unmetered instead of refusing them with 503")
+    p.add_argument("--default-tpm", type=int, default=rl.default_tpm,
+                   help="tokens per minute for API keys created without --tpm (default: such keys are unlimited)")
+    p.add_argument("--default-burst", type=int, default=rl.default_burst,
+                   help="bucket capacity for API keys created without --burst (default: one minute of tokens)")
     p.add_argument("--insecure-no-auth", action="store_true",
                    help="serve on a non-loopback address while the store holds no API key (anyone who reaches "
                         "the port may use everything); auth still turns on once a key exists")
@@ -68,6 +77,8 @@ def serve(args: argparse.Namespace) -> int:
         limits=limits_from_args(args),
         store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),
         auth=AuthConfig(insecure_no_auth=args.insecure_no_auth),
+        ratelimit=RateLimitConfig(redis_url=args.redis_url, fail_open=args.rate_limit_fail_open,
+                                  default_tpm=args.default_tpm, default_burst=args.default_burst),
         host=args.host, port=args.port,
     )
     m = config.model

@@ -33,7 +33,7 @@ def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def metrics(server: Server) -> dict[str, float]:
     m = parse_metrics(httpx.get(f"{server.url}/metrics", timeout=10).text)
-    out = {k.removeprefix("sluicegate_").removesuffix("_total"): v for k, v in m.items()}
+    out = {k.removeprefix("sluicegate_").replace("_total", ""): v for k, v in m.items()}
     out["requests_cancelled"] = out.get('requests_finished{finish_reason="cancelled"}', 0.0)
     return out
 

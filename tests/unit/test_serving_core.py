@@ -46,7 +46,7 @@ async def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def fake_surface(model: ServedModel, ctx: RequestContext, prompts: list[str], *, n: int = 1,
+async def fake_surface(model: ServedModel, ctx: RequestContext, prompts: list[str], *, n: int = 1,
                  max_new: int | None = 4, seed: int | None = 7) -> Runs:
     """What a surface adapter does: its one conversion, then the core."""
     ids = [model.runner.tokenize(p) for p in prompts]
@@ -54,7 +54,7 @@ def fake_surface(model: ServedModel, ctx: RequestContext, prompts: list[str], *,
         check_tokens(model, len(x), max_new or 1, prompt_param=f"prompt[{k}]", new_param="max_new")
     limit = max_new or default_new_tokens(model, max(len(x) for x in ids))
     params = SamplingParams(max_new_tokens=limit, temperature=1.0, seed=seed)
-    return start_runs(model, ctx, ids, params, n=n, requested_new=max_new)
+    return await start_runs(model, ctx, ids, params, n=n, requested_new=max_new, new_param="max_new")
 
 
 def test_fan_out_ids_seeds_and_context_fields() -> None:
@@ -62,7 +62,7 @@ def test_fan_out_ids_seeds_and_context_fields() -> None:
         with served() as model:
             deadline = time.monotonic() + 600
             ctx = RequestContext("req_a", tenant="key_1", priority=Priority.BATCH, deadline=deadline)
-            runs = fake_surface(model, ctx, ["ab", "cde"], n=3)
+            runs = await fake_surface(model, ctx, ["ab", "cde"], n=3)
             reqs = runs.requests
             assert [r.request_id for r in reqs] == [f"{ctx.engine_id}:{i}" for i in range(6)]
             assert [r.params.seed for r in reqs] == [7, 8, 9, 7, 8, 9]  # choice p*n+i: run i of prompt p
@@ -74,7 +74,7 @@ def test_fan_out_ids_seeds_and_context_fields() -> None:
             assert [r.final.seed for r in results if r.final] == [7, 8, 9, 7, 8, 9]
             assert "queue" in ctx.stages_ms and "decode" in ctx.stages_ms
 
-            one = fake_surface(model, RequestContext("req_b"), ["ab"])
+            one = await fake_surface(model, RequestContext("req_b"), ["ab"])
             assert [r.request_id for r in one.requests] == [one.requests[0].request_id]
             assert "#" in one.requests[0].request_id and ":" not in one.requests[0].request_id
             await one.collect()
@@ -85,9 +85,9 @@ def test_fan_out_ids_seeds_and_context_fields() -> None:
 def test_the_cost_estimate_counts_prompt_and_possible_new_tokens() -> None:
     async def main() -> None:
         with served(LimitsConfig(estimate_new_tokens=10)) as model:
-            given = fake_surface(model, RequestContext("a"), ["abcd"], n=2, max_new=4)
+            given = await fake_surface(model, RequestContext("a"), ["abcd"], n=2, max_new=4)
             assert given.cost == 2 * (5 + 4)  # the reference tokenizer adds BOS: 5 prompt tokens
-            unset = fake_surface(model, RequestContext("b"), ["abcd"], max_new=None)
+            unset = await fake_surface(model, RequestContext("b"), ["abcd"], max_new=None)
             assert unset.requests[0].params.max_new_tokens == 256 - 5  # may run to the end of the window
             assert unset.cost == 5 + 10  # estimated at estimate_new_tokens, settled later to the real count
             unset.close()
@@ -110,7 +110,7 @@ def test_every_budget_rule_applies_with_the_surfaces_names(
     async def main() -> None:
         with served(limits) as model:
             with pytest.raises(ApiError) as err:
-                fake_surface(model, RequestContext("r"), [prompt], max_new=max_new)
+                await fake_surface(model, RequestContext("r"), [prompt], max_new=max_new)
             assert err.value.type == etype and err.value.param == param
             assert model.engine.engine.stats.snapshot()["requests_finished"] == 0  # refused before any work
 
@@ -129,10 +129,10 @@ def test_a_refusal_submits_nothing_and_leaves_nothing_queued() -> None:
     async def main() -> None:
         with served(max_waiting=2, n_slots=1, delay_s=0.002) as model:
             eng = model.engine.engine
-            blocker = fake_surface(model, RequestContext("a"), ["a"], max_new=200)
+            blocker = await fake_surface(model, RequestContext("a"), ["a"], max_new=200)
             await wait_until(lambda: eng.stats.snapshot()["running"] == 1)  # in its slot: the queue is empty
             with pytest.raises(ApiError) as err:
-                fake_surface(model, RequestContext("b"), ["b"], n=3, max_new=200)  # third run over the queue
+                await fake_surface(model, RequestContext("b"), ["b"], n=3, max_new=200)  # third run over the queue
             assert err.value.type == "overloaded" and err.value.retry_after is not None
             blocker.close()
             await wait_until(lambda: not eng.scheduler.has_work)  # the runs admitted before the refusal: aborted
@@ -144,7 +144,7 @@ def test_a_refusal_submits_nothing_and_leaves_nothing_queued() -> None:
 def test_silence_gives_a_heartbeat_cue_and_leaving_aborts() -> None:
     async def main() -> None:
         with served(delay_s=0.05, n_slots=1) as model:
-            runs = fake_surface(model, RequestContext("r"), ["ab"], max_new=200)
+            runs = await fake_surface(model, RequestContext("r"), ["ab"], max_new=200)
             events = runs.events(heartbeat_s=0.001)
             seen = [await anext(events) for _ in range(3)]
             assert None in seen  # 50 ms per step: the 1 ms timer fired before a token came
@@ -160,7 +160,7 @@ def test_a_passed_deadline_is_a_typed_504() -> None:
     async def main() -> None:
         with served(delay_s=0.002) as model:
             ctx = RequestContext("r", deadline=time.monotonic() + 0.05)
-            runs = fake_surface(model, ctx, ["ab"], max_new=200)  # 200 steps of >= 2 ms cannot fit 50 ms
+            runs = await fake_surface(model, ctx, ["ab"], max_new=200)  # 200 steps of >= 2 ms cannot fit 50 ms
             with pytest.raises(ApiError) as err:
                 await collect_finished(runs, ctx)
             assert err.value.type == "deadline_exceeded" and err.value.status == 504
@@ -172,9 +172,35 @@ def test_a_passed_deadline_is_a_typed_504() -> None:
 def test_finish_reasons_pass_through_the_core() -> None:
     async def main() -> None:
         with served() as model:
-            runs = fake_surface(model, RequestContext("r"), ["ab"], max_new=3)
+            runs = await fake_surface(model, RequestContext("r"), ["ab"], max_new=3)
             (r,) = await runs.collect()
             assert r.final is not None and r.final.finish_reason is FinishReason.LENGTH
             assert r.final.completion_tokens == 3 == len(r.token_ids)
+
+    asyncio.run(main())
+
+
+def test_the_admission_hook_reserves_the_cost_before_the_engine_sees_anything() -> None:
+    class Recorder:
+        def __init__(self, refuse: bool) -> None:
+            self.calls: list[tuple[int, str | None]] = []
+            self.refuse = refuse
+
+        async def reserve(self, cost: int, param: str | None = None) -> None:
+            self.calls.append((cost, param))
+            if self.refuse:
+                raise ApiError("rate_limit_exceeded", "over the limit", retry_after=3)
+
+    async def main() -> None:
+        with served() as model:
+            ok = Recorder(refuse=False)
+            runs = await fake_surface(model, RequestContext("a", admission=ok), ["abcd"], n=2, max_new=4)
+            assert ok.calls == [(runs.cost, "max_new")] and runs.cost == 2 * (5 + 4)
+            await runs.collect()
+            no = Recorder(refuse=True)
+            with pytest.raises(ApiError) as err:
+                await fake_surface(model, RequestContext("b", admission=no), ["abcd"], max_new=4)
+            assert err.value.type == "rate_limit_exceeded" and no.calls == [(9, "max_new")]
+            assert model.engine.engine.stats.snapshot()["requests_finished"] == 2  # the refused one never ran
 
     asyncio.run(main())

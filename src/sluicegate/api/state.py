@@ -19,6 +19,7 @@ from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 from sluicegate.store.db import Store, in_memory
 from sluicegate.tenancy.key_cache import KeyCache
+from sluicegate.tenancy.ratelimit import RateLimiter, build_rate_limiter
 from sluicegate.tenancy.usage import UsageLedger
 
 log = logging.getLogger("sluicegate")
@@ -32,6 +33,7 @@ class AppState:
     factory: RunnerFactory
     store: Store = field(default_factory=in_memory)  # keys and the usage ledger; the caller owns it
     keys: KeyCache = field(init=False)
+    limiter: RateLimiter = field(init=False)  # token buckets per key: in-process, or Redis (--redis-url)
     ledger: UsageLedger = field(init=False)
     model: ServedModel | None = None
     engine: Engine | None = None
@@ -44,6 +46,7 @@ class AppState:
         ready.set_function(lambda: 1.0 if self.model is not None else 0.0)
         self.ledger = UsageLedger(self.store, max_pending=self.config.store.usage_max_pending)
         self.keys = self._key_cache()
+        self.limiter = build_rate_limiter(self.config.ratelimit)  # opens no connection until first used
 
     def _key_cache(self) -> KeyCache:
         a = self.config.auth
@@ -58,6 +61,7 @@ class AppState:
 
     async def close_tenancy(self) -> None:
         await asyncio.to_thread(self.ledger.close)
+        await self.limiter.close()
 
     async def load(self) -> None:
         """Load the model off the event loop; health answers meanwhile and readiness says 503."""

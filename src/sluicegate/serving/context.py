@@ -6,6 +6,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sluicegate.engine.types import Priority
 
@@ -21,6 +22,13 @@ class TokenUsage:
     generated_tokens: int = 0
 
 
+class Admission(Protocol):
+    """A reservation the serving core makes once it knows a request's cost (rate limits: api/middleware/
+    ratelimit.py); raises ApiError to refuse. Whoever sets it settles it when the response has ended."""
+
+    async def reserve(self, cost: int, param: str | None = None) -> None: ...
+
+
 @dataclass(slots=True)
 class RequestContext:
     request_id: str
@@ -34,6 +42,7 @@ class RequestContext:
     scopes: frozenset[str] = frozenset()  # what the key may do (auth off: every scope)
     usage: TokenUsage | None = None  # set by a metered route when its work ends
     meter: Callable[[], TokenUsage] | None = None  # else this, read when the response ends (streams, disconnects)
+    admission: Admission | None = None  # reserved against with the request's cost before the engine sees it
     serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
 
     @property

@@ -166,7 +166,7 @@ class Runs:
         self._open.clear()
 
 
-def start_runs(
+async def start_runs(
     model: ServedModel,
     ctx: RequestContext,
     prompts: Sequence[list[int]],
@@ -174,12 +174,14 @@ def start_runs(
     *,
     n: int = 1,
     requested_new: int | None = None,
+    new_param: str | None = None,
     constraint: Callable[[], Constraint] | None = None,
 ) -> Runs:
     """Fan out `n` runs per prompt (choice `p * n + i` is run i of prompt p, seeded `seed + i`), build the
-    engine requests from the context, and start them. `requested_new` is the request's own new-token limit
-    (None when it set none: the cost estimate then uses `estimate_new_tokens`). `constraint`, when given,
-    makes each run's own decoding constraint."""
+    engine requests from the context, reserve their cost (`ctx.admission`: rate limits), and start them.
+    `requested_new` is the request's own new-token limit, named `new_param` (None when it set none: the cost
+    estimate then uses `estimate_new_tokens`). `constraint`, when given, makes each run's own decoding
+    constraint."""
     single = len(prompts) * n == 1
     estimate = model.token_budget.estimate_new_tokens
     requests: list[EngineRequest] = []
@@ -195,6 +197,8 @@ def start_runs(
             new = run.max_new_tokens if requested_new is not None else min(run.max_new_tokens, estimate)
             cost += len(ids) + new
     runs = Runs(model.engine, requests, cost)
+    if ctx.admission is not None:
+        await ctx.admission.reserve(cost, new_param)
     runs.start()
     return runs
 

@@ -21,7 +21,8 @@ async def start(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -
     ids = await model.tokenize(req.prompt, parse_special=req.parse_special)
     ctx.stage("tokenize", t)
     check_tokens(model, len(ids), req.max_new_tokens, prompt_param="prompt", new_param="max_new_tokens")
-    return start_runs(model, ctx, [ids], req.to_sampling_params(), requested_new=req.max_new_tokens)
+    return await start_runs(model, ctx, [ids], req.to_sampling_params(), requested_new=req.max_new_tokens,
+                            new_param="max_new_tokens")
 
 
 def shape(

@@ -289,8 +289,8 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
         tool = ToolMode(
             req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
         )
-    runs = start_runs(
-        model, ctx, [prompt.token_ids], params, n=req.n, requested_new=requested,
+    runs = await start_runs(
+        model, ctx, [prompt.token_ids], params, n=req.n, requested_new=requested, new_param=new_param,
         constraint=None if grammar is None else grammar.constraint,
     )
     return ChatPlan(req, prompt.text, runs, tool, ident.ref, fingerprint(model))

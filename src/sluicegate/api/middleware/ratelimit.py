@@ -1,0 +1,110 @@
+"""Token-priced rate limits per API key (pure ASGI), inside auth (it needs the key), outside the routes.
+
+The serving core knows a request's cost only once it has tokenised it, so admission is split:
+
+1. here, before the route: the key's limit (`resolve_limit`: its `tpm`/`burst`, else the server's defaults;
+   None: unlimited, and nothing below happens) becomes the request's `ctx.admission`;
+2. in the serving core, after the budget checks and before the engine sees anything: `reserve(cost)` with
+   the core's one cost estimate (docs/serving.md); a refusal is 429 `rate_limit_exceeded` or 413
+   `request_exceeds_capacity` (a request the bucket can never hold: a retry cannot fix it);
+3. here, when the response has ended (streams and disconnects included): `settle` to the tokens really
+   processed (prompt + generated, as the usage ledger counts them): unused tokens go back, extra ones
+   become a debt paid before the key's next admission.
+
+Every response on a limited key carries the bucket's headers (`X-RateLimit-*`, `x-ratelimit-reset-tokens`),
+a stream's at its start; a response refused before reserving shows the bucket as it stands (`peek`).
+docs/ratelimits.md has the arithmetic and the Redis failure choice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sluicegate.api.middleware.auth import api_key_of
+from sluicegate.api.middleware.request_context import context_of
+from sluicegate.serving.context import TokenUsage
+from sluicegate.tenancy.ratelimit import (
+    Decision,
+    RateLimiter,
+    RateLimiterUnavailable,
+    TokenLimit,
+    rate_limit_headers,
+    refusal_error,
+    resolve_limit,
+    unavailable_error,
+)
+
+if TYPE_CHECKING:
+    from sluicegate.api.state import AppState
+
+log = logging.getLogger("sluicegate.ratelimit")
+
+
+class KeyAdmission:
+    """One request's reservation against its key's bucket (the serving core's `Admission`)."""
+
+    def __init__(self, limiter: RateLimiter, key_id: str, limit: TokenLimit) -> None:
+        self._limiter = limiter
+        self._key = key_id
+        self._limit = limit
+        self.decision: Decision | None = None
+
+    async def reserve(self, cost: int, param: str | None = None) -> None:
+        try:
+            decision = await self._limiter.reserve(self._key, cost, self._limit)
+        except RateLimiterUnavailable:
+            raise unavailable_error() from None
+        self.decision = decision
+        if not decision.allowed:
+            raise refusal_error(decision, param=param)
+
+    async def headers(self) -> dict[str, str]:
+        if self.decision is not None:
+            return rate_limit_headers(self.decision)
+        try:
+            return rate_limit_headers(await self._limiter.peek(self._key, self._limit))
+        except RateLimiterUnavailable:
+            return {}
+
+    async def settle(self, used: TokenUsage) -> None:
+        reserved = self.decision.reserved if self.decision is not None else 0
+        if reserved == 0:
+            return
+        actual = used.prompt_tokens + used.generated_tokens
+        try:
+            await self._limiter.settle(self._key, reserved, actual, self._limit)
+        except RateLimiterUnavailable:
+            log.warning("could not settle a reservation of key %s (%d reserved, %d used)", self._key, reserved,
+                        actual)
+
+
+class RateLimitMiddleware:
+    def __init__(self, app: ASGIApp, state: AppState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = api_key_of(scope) if scope["type"] == "http" else None
+        limit = resolve_limit(key.tpm, key.burst, self.state.config.ratelimit) if key is not None else None
+        if key is None or limit is None:
+            await self.app(scope, receive, send)
+            return
+        ctx = context_of(scope)
+        admission = KeyAdmission(self.state.limiter, key.id, limit)
+        ctx.admission = admission
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                extra = [(k.lower().encode(), v.encode()) for k, v in (await admission.headers()).items()]
+                have = {k.lower() for k, _ in message.get("headers", [])}
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  *[(k, v) for k, v in extra if k not in have]]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            await admission.settle(ctx.usage or (ctx.meter() if ctx.meter is not None else TokenUsage()))
