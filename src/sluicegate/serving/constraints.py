@@ -40,27 +40,49 @@ class GrammarError(Exception):
 
 
 class GrammarConstraint:
-    """One sequence's grammar state; implements `sluicegate.engine.types.Constraint` (engine thread only)."""
+    """One sequence's grammar state; implements `sluicegate.engine.types.Constraint` (engine thread only).
+
+    The state's mask is computed once per step into a preallocated packed buffer (llguidance's layout: bit
+    `i % 32` of 32-bit word `i // 32`, little-endian). `allows` reads one bit of it, so a greedy row whose
+    best token the grammar allows never unpacks the mask into a vocabulary-sized boolean array; `allowed`
+    unpacks it for the rows that need the whole mask (sampling, logprobs, a best token the grammar refuses).
+    """
 
     def __init__(self, matcher: llg.LLMatcher, n_vocab: int, eos_ids: frozenset[int]) -> None:
         self._matcher = matcher
         self._n_vocab = n_vocab
+        self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.uint32)
+        self._fresh = False  # `_bits` holds the mask of the current state
+        self._empty = False  # ... and it allows no token
         self._eos_only = np.zeros(n_vocab, dtype=bool)
         self._eos_only[sorted(eos_ids)] = True
         self.failed: str | None = None
+        self.full_masks = 0  # steps that unpacked the whole mask (bench/constrained.py reports it)
+
+    def _mask_bits(self) -> npt.NDArray[np.uint32] | None:
+        """The packed mask of the current state, computed at most once per step; None if nothing is allowed."""
+        if not self._fresh:
+            if self._matcher.is_error():
+                return None
+            self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)  # drops the GIL
+            self._fresh = True
+            self._empty = not self._bits.any()
+        return None if self._empty else self._bits
+
+    def allows(self, token_id: int) -> bool:
+        bits = self._mask_bits()
+        return bits is not None and bool((int(bits[token_id >> 5]) >> (token_id & 31)) & 1)
 
     def allowed(self) -> npt.NDArray[np.bool_] | None:
-        if not self._matcher.is_error():
-            bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
-            mask = np.unpackbits(bits, bitorder="little")[: self._n_vocab].astype(bool)
-            if len(mask) < self._n_vocab:
-                mask = np.concatenate([mask, np.zeros(self._n_vocab - len(mask), dtype=bool)])
-            if mask.any():
-                return mask
-        self._fail(self._matcher.get_error() or "the grammar allows no token")
-        return self._eos_only
+        bits = self._mask_bits()
+        if bits is None:
+            self._fail(self._matcher.get_error() or "the grammar allows no token")
+            return self._eos_only
+        self.full_masks += 1
+        return np.unpackbits(bits.view(np.uint8), count=self._n_vocab, bitorder="little").view(np.bool_)
 
     def accept(self, token_id: int) -> None:
+        self._fresh = False
         if not self._matcher.is_error() and not self._matcher.consume_token(token_id):
             self._fail(self._matcher.get_error())
 
@@ -97,7 +119,7 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
 
 
 def compile_json(runner: ModelRunner, schema: dict[str, Any]) -> Grammar:
-    """Compile `schema` for `runner` (blocking: tokenizer build on first use, grammar construction)."""
+    """Compile `schema` for `runner` (blocking: grammar construction, and the vocabulary if not yet built)."""
     return Grammar(runner, json_schema_grammar(schema))
 
 
@@ -128,6 +150,11 @@ class _Vocab:
 
 _TOKENIZERS: weakref.WeakKeyDictionary[ModelRunner, llg.LLTokenizer] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
+
+
+def build_vocabulary(runner: ModelRunner) -> None:
+    """Build the runner's grammar vocabulary now (blocking), so that no constrained request waits for it."""
+    tokenizer_for(runner)
 
 
 def tokenizer_for(runner: ModelRunner) -> llg.LLTokenizer:
