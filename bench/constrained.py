@@ -12,11 +12,13 @@ Each round runs one request of each kind, alone, the first kind rotating (this m
 (a unique prefix), so the prefix cache serves none of them. A constrained request's time includes
 compiling its grammar, as the serving path does for every request.
 
-Per kind: median tokens/s per request (submit to last token, prefill included) and median decode ms per
-token (first to last token); the ratios are medians of each round's ratio to `none`. `full masks` counts
-the steps that built the whole boolean vocabulary mask. Then the first constrained request's time to
-first token with the grammar vocabulary built lazily by that request (as before the server built it at
-load) and already built, interleaved.
+Per kind: median tokens/s per request (grammar compile, prefill and decode) and median decode ms per token
+(first to last token); the ratios are medians of each round's ratio to `none`. Then where a token's time
+went, in-process and so less at the mercy of other load: forward passes, the engine's sampler (masks
+included), the grammar's `accept`, and compiling the grammar; `full masks` counts the steps that built the
+whole boolean vocabulary mask. Then the first constrained request's time to
+first token on a fresh runner, with the grammar vocabulary built by that request (as before the server
+built it at load) or at load, interleaved.
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.concurrency import BANNED_EOS, CTX_PER_SLOT
+from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 from sluicegate.engine import Engine, EngineRequest, RequestOutput, SamplingParams
+from sluicegate.engine import core as engine_core
 from sluicegate.serving import constraints
 
 PERSON = {
@@ -53,13 +58,54 @@ SCHEMAS: dict[str, dict[str, Any] | None] = {"none": None, "json_object": {"type
 ASK = "Describe twelve fictional people as JSON: for each a name, an age, a city and a long biography."
 
 
-@dataclass
-class Kind:
-    name: str
-    tps: list[float] = field(default_factory=list)
-    decode_ms: list[float] = field(default_factory=list)
-    full_masks: int = 0
-    steps: int = 0
+class Clock:
+    """Seconds spent in the forward passes, the sampler and the constraints' `accept`, summed over the run."""
+
+    forward = 0.0
+    sample = 0.0
+    accept = 0.0
+
+
+class TimedRunner(LlamaCppRunner):
+    def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        t = time.perf_counter()
+        try:
+            return super().execute(batch)
+        finally:
+            Clock.forward += time.perf_counter() - t
+
+
+def timed_sample(logits: Any, rows: Any) -> Any:
+    t = time.perf_counter()
+    try:
+        return _sample(logits, rows)
+    finally:
+        Clock.sample += time.perf_counter() - t
+
+
+_sample = engine_core.sample  # type: ignore[attr-defined]
+engine_core.sample = timed_sample  # type: ignore[attr-defined]  # the engine's own name: every step is timed
+
+
+class TimedConstraint:
+    """Passes the engine's calls through to a grammar constraint, timing `accept` (the masks are inside `sample`)."""
+
+    def __init__(self, inner: constraints.GrammarConstraint) -> None:
+        self.inner = inner
+
+    def allowed(self) -> Any:
+        return self.inner.allowed()
+
+    def allows(self, token_id: int) -> bool:
+        return self.inner.allows(token_id)
+
+    def accept(self, token_id: int) -> None:
+        t = time.perf_counter()
+        self.inner.accept(token_id)
+        Clock.accept += time.perf_counter() - t
+
+    def is_complete(self) -> bool:
+        return self.inner.is_complete()
 
 
 @dataclass
@@ -67,8 +113,11 @@ class Timed:
     start: float
     first: float = 0.0
     end: float = 0.0
+    compile_s: float = 0.0
     tokens: int = 0
     reason: str = ""
+    clock: tuple[float, float, float] = (0.0, 0.0, 0.0)  # forward, sample, accept seconds during the request
+    full_masks: int = 0
     done: threading.Event = field(default_factory=threading.Event)
 
     def sink(self, out: RequestOutput) -> None:
@@ -99,71 +148,93 @@ class Bench:
     bias: dict[int, float]
 
 
-def run(b: Bench, schema: dict[str, Any] | None, prefix: str,
-        max_tokens: int) -> tuple[Timed, constraints.GrammarConstraint | None]:
-    engine, runner = b.engine, b.runner
-    ids = chat_ids(runner, f"{prefix} {ASK}")
+def run(b: Bench, schema: dict[str, Any] | None, prefix: str, max_tokens: int) -> Timed:
+    """One request alone; a constrained one compiles its grammar first, as the serving path does."""
+    ids = chat_ids(b.runner, f"{prefix} {ASK}")
     params = SamplingParams(max_new_tokens=max_tokens, temperature=0.0, logit_bias=b.bias)
+    before = (Clock.forward, Clock.sample, Clock.accept)
     timed = Timed(time.perf_counter())
-    constraint = constraints.compile_json(runner, schema).constraint() if schema is not None else None
-    engine.submit(EngineRequest(f"{prefix}-{time.monotonic_ns()}", ids, params, constraint=constraint), timed.sink)
+    inner = constraints.compile_json(b.runner, schema).constraint() if schema is not None else None
+    timed.compile_s = time.perf_counter() - timed.start
+    c = TimedConstraint(inner) if inner is not None else None
+    b.engine.submit(EngineRequest(f"{prefix}-{time.monotonic_ns()}", ids, params, constraint=c), timed.sink)
     timed.done.wait()
-    return timed, constraint
+    after = (Clock.forward, Clock.sample, Clock.accept)
+    timed.clock = (after[0] - before[0], after[1] - before[1], after[2] - before[2])
+    timed.full_masks = inner.full_masks if inner is not None else 0
+    return timed
 
 
-def throughput(b: Bench, rounds: int, max_tokens: int) -> list[Kind]:
-    kinds = [Kind(name) for name in SCHEMAS]
-    ratios: dict[str, list[tuple[float, float]]] = {k.name: [] for k in kinds[1:]}
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def throughput(b: Bench, rounds: int, max_tokens: int) -> None:
+    names = list(SCHEMAS)
+    runs: dict[str, list[Timed]] = {n: [] for n in names}
     run(b, SCHEMA, "Warm-up.", 8)
     for r in range(rounds):
-        per_token: dict[str, tuple[float, float]] = {}
-        for j in range(len(kinds)):
-            kind = kinds[(r + j) % len(kinds)]
-            timed, c = run(b, SCHEMAS[kind.name], f"Request {r}.{j}.", max_tokens)
-            if timed.tokens != max_tokens or timed.reason != "length":
-                raise SystemExit(f"{kind.name}: {timed.tokens} tokens ({timed.reason}); the comparison needs "
-                                 f"{max_tokens} from every request")
-            kind.tps.append(max_tokens / (timed.end - timed.start))
-            kind.decode_ms.append((timed.end - timed.first) * 1e3 / (max_tokens - 1))
-            per_token[kind.name] = ((timed.end - timed.start) / max_tokens, kind.decode_ms[-1])
-            if c is not None:
-                kind.full_masks += c.full_masks
-                kind.steps += max_tokens
-        base = per_token["none"]
-        for name, rs in ratios.items():
-            rs.append((per_token[name][0] / base[0], per_token[name][1] / base[1]))
-    print("\n| kind | tokens/s per request | decode ms/token | per-token cost vs none (e2e) | (decode) | full masks |")
-    print("|---|---|---|---|---|---|")
-    for k in kinds:
-        e2e = decode = ""
-        if k.name in ratios:
-            e2e = f"{statistics.median(a for a, _ in ratios[k.name]):.3f}x"
-            decode = f"{statistics.median(b for _, b in ratios[k.name]):.3f}x"
-        masks = f"{k.full_masks}/{k.steps}" if k.steps else ""
-        print(f"| {k.name} | {statistics.median(k.tps):.1f} | {statistics.median(k.decode_ms):.2f} | {e2e} | "
-              f"{decode} | {masks} |")
-    for name, rs in ratios.items():
-        print(f"{name} per-round e2e ratios: " + ", ".join(f"{a:.3f}" for a, _ in rs))
-    return kinds
+        for j in range(len(names)):
+            name = names[(r + j) % len(names)]
+            t = run(b, SCHEMAS[name], f"Request {r}.{j}.", max_tokens)
+            if t.tokens != max_tokens or t.reason != "length":
+                raise SystemExit(f"{name}: {t.tokens} tokens ({t.reason}); the comparison needs {max_tokens} "
+                                 "from every request")
+            runs[name].append(t)
+    n = max_tokens
+
+    def e2e(t: Timed) -> float:  # seconds per token, grammar compile and prefill included
+        return (t.end - t.start) / n
+
+    def decode(t: Timed) -> float:
+        return (t.end - t.first) / (n - 1)
+
+    print("\n| kind | tokens/s per request | decode ms/token | cost per token vs none | decode vs none "
+          "| forward ms/token | sampler us/token | accept us/token | compile ms | full masks |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        ts = runs[name]
+        ratio = dec = ""
+        if name != "none":
+            ratio = f"{med([e2e(t) / e2e(u) for t, u in zip(ts, runs['none'], strict=True)]):.3f}x"
+            dec = f"{med([decode(t) / decode(u) for t, u in zip(ts, runs['none'], strict=True)]):.3f}x"
+        masks = f"{sum(t.full_masks for t in ts)}/{n * len(ts)}" if name != "none" else ""
+        accept = f"{med([t.clock[2] / n * 1e6 for t in ts]):.1f}" if name != "none" else ""
+        fwd, smp = med([t.clock[0] / n * 1e3 for t in ts]), med([t.clock[1] / n * 1e6 for t in ts])
+        print(f"| {name} | {med([1 / e2e(t) for t in ts]):.1f} | {med([decode(t) * 1e3 for t in ts]):.2f} | {ratio} "
+              f"| {dec} | {fwd:.2f} | {smp:.0f} | {accept} | {med([t.compile_s * 1e3 for t in ts]):.2f} | {masks} |")
+    for name in names[1:]:
+        per_round = [e2e(t) / e2e(u) for t, u in zip(runs[name], runs["none"], strict=True)]
+        print(f"{name} per-round ratios: " + ", ".join(f"{x:.3f}" for x in per_round))
 
 
-def first_request(b: Bench, tries: int) -> None:
-    """Time to first token of a constrained request with the vocabulary unbuilt (dropped from the cache) and built."""
+def first_request(bias: dict[int, float], tries: int) -> None:
+    """Time to first token of the first constrained request on a fresh runner and engine, after one
+    unconstrained request (the first step of any kind has costs of its own): with the grammar vocabulary
+    built by that request, as before, or at load, as `AppState.load` does now; interleaved."""
     lazy: list[float] = []
-    built: list[float] = []
+    at_load: list[float] = []
+    build: list[float] = []
     for i in range(tries):
-        constraints._TOKENIZERS.pop(b.runner, None)  # as a fresh server before the vocabulary was built at load
-        t, _ = run(b, {"type": "object"}, f"First {i}.a.", 1)
-        lazy.append((t.first - t.start) * 1e3)
-        t, _ = run(b, {"type": "object"}, f"First {i}.b.", 1)
-        built.append((t.first - t.start) * 1e3)
-    constraints._TOKENIZERS.pop(b.runner, None)
-    t0 = time.perf_counter()
-    constraints.tokenizer_for(b.runner)
-    build = (time.perf_counter() - t0) * 1e3
-    print(f"\nfirst constrained request, time to first token (median of {tries}): vocabulary built by the request "
-          f"{statistics.median(lazy):.0f} ms, already built {statistics.median(built):.0f} ms; "
-          f"building the vocabulary alone: {build:.0f} ms")
+        for built in (False, True):
+            runner = TimedRunner(default_model_path(), n_ctx=CTX_PER_SLOT, n_slots=2, n_threads=2)
+            if built:
+                t0 = time.perf_counter()
+                constraints.build_vocabulary(runner)
+                build.append((time.perf_counter() - t0) * 1e3)
+            engine = Engine(runner)
+            engine.start()
+            try:
+                b = Bench(engine, runner, bias)
+                run(b, None, f"First {i}.{built}.", 1)
+                t = run(b, {"type": "object"}, f"First {i}.{built}.", 1)
+            finally:
+                engine.stop()
+                runner.close()
+            (at_load if built else lazy).append((t.first - t.start) * 1e3)
+    print(f"\nfirst constrained request, time to first token, median of {tries} fresh runners: vocabulary built by "
+          f"the request {med(lazy):.0f} ms ({', '.join(f'{x:.0f}' for x in lazy)}), built at load {med(at_load):.0f} "
+          f"ms ({', '.join(f'{x:.0f}' for x in at_load)}); building it at load took {med(build):.0f} ms")
 
 
 def main() -> None:
@@ -174,17 +245,17 @@ def main() -> None:
     args = ap.parse_args()
     print(time.strftime("%Y-%m-%d %H:%M"), "loadavg", " ".join(Path("/proc/loadavg").read_text().split()[:3]),
           f"cpus {os.cpu_count()}")
-    runner = LlamaCppRunner(default_model_path(), n_ctx=CTX_PER_SLOT, n_slots=2, n_threads=2)
+    runner = TimedRunner(default_model_path(), n_ctx=CTX_PER_SLOT, n_slots=2, n_threads=2)
+    bias = banned(runner)
+    constraints.build_vocabulary(runner)
     engine = Engine(runner)
     engine.start()
     try:
-        constraints.tokenizer_for(runner)
-        b = Bench(engine, runner, banned(runner))
-        throughput(b, args.rounds, args.max_tokens)
-        first_request(b, args.first_tries)
+        throughput(Bench(engine, runner, bias), args.rounds, args.max_tokens)
     finally:
         engine.stop()
         runner.close()
+    first_request(bias, args.first_tries)
     print("loadavg after", " ".join(Path("/proc/loadavg").read_text().split()[:3]))
 
 
