@@ -2,23 +2,24 @@
 
     .venv/bin/python bench/constrained.py [--rounds 9] [--max-tokens 128]
 
-Three kinds of request, same prompt text, greedy, `--max-tokens` tokens each: `none` (unconstrained),
-`json_object` and `json_schema` (a list of people; `minItems` keeps the grammar from ending before the
-budget). All three ban end-of-text and every token with a `}` by logit_bias, so `json_object` cannot close
-its object (where a schema needs a `}`, the grammar allows nothing else and the bias changes nothing).
-Every request must end on length, so all kinds decode the same number of tokens, or the script fails.
-Each round runs one request of each kind, alone, the first kind rotating (this machine's speed drifts
-10-15% over minutes, so only requests run seconds apart compare); each request has a prompt of its own
-(a unique prefix), so the prefix cache serves none of them. A constrained request's time includes
-compiling its grammar, as the serving path does for every request.
+Four kinds of request, same prompt text, greedy, `--max-tokens` tokens each: `none` (unconstrained),
+`json_object`, `json_schema` (a list of people; `minItems` keeps the grammar from ending before the
+budget), and `json_schema, whole mask`: the same with the sampler masking the whole vocabulary every step,
+as it did before it checked the best token first. All of them ban end-of-text and every token with a `}`
+by logit_bias, so `json_object` cannot close its object (where a schema needs a `}`, the grammar allows
+nothing else and the bias changes nothing). Every request must end on length, so all kinds decode the
+same number of tokens, or the script fails. Each round runs one request of each kind, alone, the first
+kind rotating (this machine's speed drifts 10-15% over minutes, so only requests run seconds apart
+compare); each request has a prompt of its own (a unique prefix), so the prefix cache serves none of them.
+A constrained request's time includes compiling its grammar, as the serving path does for every request.
 
 Per kind: median tokens/s per request (grammar compile, prefill and decode) and median decode ms per token
 (first to last token); the ratios are medians of each round's ratio to `none`. Then where a token's time
 went, in-process and so less at the mercy of other load: forward passes, the engine's sampler (masks
 included), the grammar's `accept`, and compiling the grammar; `full masks` counts the steps that built the
-whole boolean vocabulary mask. Then the first constrained request's time to
-first token on a fresh runner, with the grammar vocabulary built by that request (as before the server
-built it at load) or at load, interleaved.
+whole boolean vocabulary mask. Then the first constrained request's time to first token on a fresh
+runner, with the grammar vocabulary built by that request (as before the server built it at load) or at
+load, interleaved.
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ SCHEMA = {
     "required": ["people"],
     "additionalProperties": False,
 }
-SCHEMAS: dict[str, dict[str, Any] | None] = {"none": None, "json_object": {"type": "object"}, "json_schema": SCHEMA}
+SCHEMAS: dict[str, dict[str, Any] | None] = {
+    "none": None, "json_object": {"type": "object"}, "json_schema": SCHEMA, "json_schema, whole mask": SCHEMA,
+}
+WHOLE_MASK = {"json_schema, whole mask"}  # the sampler masks the vocabulary every step, as it did before `allows`
 ASK = "Describe twelve fictional people as JSON: for each a name, an age, a city and a long biography."
 
 
@@ -90,14 +94,15 @@ engine_core.sample = timed_sample  # type: ignore[attr-defined]  # the engine's 
 class TimedConstraint:
     """Passes the engine's calls through to a grammar constraint, timing `accept` (the masks are inside `sample`)."""
 
-    def __init__(self, inner: constraints.GrammarConstraint) -> None:
+    def __init__(self, inner: constraints.GrammarConstraint, whole_mask: bool) -> None:
         self.inner = inner
+        self.whole_mask = whole_mask  # refuse every token: a greedy row then masks the whole vocabulary
 
     def allowed(self) -> Any:
         return self.inner.allowed()
 
     def allows(self, token_id: int) -> bool:
-        return self.inner.allows(token_id)
+        return not self.whole_mask and self.inner.allows(token_id)
 
     def accept(self, token_id: int) -> None:
         t = time.perf_counter()
@@ -148,7 +153,7 @@ class Bench:
     bias: dict[int, float]
 
 
-def run(b: Bench, schema: dict[str, Any] | None, prefix: str, max_tokens: int) -> Timed:
+def run(b: Bench, schema: dict[str, Any] | None, prefix: str, max_tokens: int, whole_mask: bool = False) -> Timed:
     """One request alone; a constrained one compiles its grammar first, as the serving path does."""
     ids = chat_ids(b.runner, f"{prefix} {ASK}")
     params = SamplingParams(max_new_tokens=max_tokens, temperature=0.0, logit_bias=b.bias)
@@ -156,7 +161,7 @@ def run(b: Bench, schema: dict[str, Any] | None, prefix: str, max_tokens: int) -
     timed = Timed(time.perf_counter())
     inner = constraints.compile_json(b.runner, schema).constraint() if schema is not None else None
     timed.compile_s = time.perf_counter() - timed.start
-    c = TimedConstraint(inner) if inner is not None else None
+    c = TimedConstraint(inner, whole_mask) if inner is not None else None
     b.engine.submit(EngineRequest(f"{prefix}-{time.monotonic_ns()}", ids, params, constraint=c), timed.sink)
     timed.done.wait()
     after = (Clock.forward, Clock.sample, Clock.accept)
@@ -176,7 +181,7 @@ def throughput(b: Bench, rounds: int, max_tokens: int) -> None:
     for r in range(rounds):
         for j in range(len(names)):
             name = names[(r + j) % len(names)]
-            t = run(b, SCHEMAS[name], f"Request {r}.{j}.", max_tokens)
+            t = run(b, SCHEMAS[name], f"Request {r}.{j}.", max_tokens, whole_mask=name in WHOLE_MASK)
             if t.tokens != max_tokens or t.reason != "length":
                 raise SystemExit(f"{name}: {t.tokens} tokens ({t.reason}); the comparison needs {max_tokens} "
                                  "from every request")
