@@ -110,12 +110,24 @@ def test_penalties_and_bias_change_the_logits() -> None:
 
 
 class Mask:
-    def __init__(self, allowed: list[int]) -> None:
-        self.mask = np.zeros(V, np.bool_)
-        self.mask[allowed] = True
+    """A fixed set of allowed tokens; counts how often the whole mask and a single token were asked for."""
+
+    def __init__(self, allowed: list[int] | npt.NDArray[np.bool_]) -> None:
+        if isinstance(allowed, np.ndarray):
+            self.mask = allowed
+        else:
+            self.mask = np.zeros(V, np.bool_)
+            self.mask[allowed] = True
+        self.masks = 0
+        self.checks = 0
 
     def allowed(self) -> npt.NDArray[np.bool_] | None:
+        self.masks += 1
         return self.mask
+
+    def allows(self, token_id: int) -> bool:
+        self.checks += 1
+        return bool(self.mask[token_id])
 
     def accept(self, token_id: int) -> None:
         return None
@@ -129,6 +141,49 @@ def test_a_constraint_mask_limits_every_kind_of_row() -> None:
     for params in PARAMS[:5]:
         r = SampleRow(SamplingParams(**params), 3, 0, [], Mask([11, 12]))  # type: ignore[arg-type]
         assert one(x, r) in {11, 12}
+
+
+def test_a_greedy_row_builds_the_mask_only_when_its_best_token_is_refused() -> None:
+    x = logits(6)[0]
+    best = int(np.argmax(x))
+    allowing = Mask([best, 3])
+    assert one(x, SampleRow(SamplingParams(temperature=0.0), 1, 0, [], allowing)) == best
+    assert (allowing.checks, allowing.masks) == (1, 0)
+    refusing = Mask([3, 700])
+    expected = 3 if x[3] >= x[700] else 700
+    assert one(x, SampleRow(SamplingParams(temperature=0.0), 1, 0, [], refusing)) == expected
+    assert (refusing.checks, refusing.masks) == (1, 1)
+    with_logprobs = Mask([best, 3])  # logprobs are of the masked logits: the whole mask, as for a sampled row
+    lp_row = SampleRow(SamplingParams(temperature=0.0, logprobs=1), 1, 0, [], with_logprobs)
+    assert one(x, lp_row) == best and with_logprobs.masks == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_checking_the_best_token_gives_the_masked_argmax(seed: int) -> None:
+    """Against masking first, with ties (coarse logits), penalties, biases and masks of every density."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.standard_normal((8, V)) * 2).astype(np.float32)  # many equal maxima
+    params = [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=0.0, logit_bias={int(rng.integers(V)): 3.0}),
+        SamplingParams(temperature=0.0, presence_penalty=1.0, frequency_penalty=0.5),
+    ]
+    rows, expected = [], []
+    for i in range(len(x)):
+        mask = rng.random(V) < [0.002, 0.05, 0.5, 0.99][i % 4]
+        mask[rng.integers(V)] = True
+        p = params[i % len(params)]
+        out = [int(t) for t in rng.integers(0, V, 5)]
+        ref = x[i].copy()
+        if p.logit_bias:
+            for t, b in p.logit_bias.items():
+                ref[t] += b
+        ids, counts = np.unique(out, return_counts=True)
+        ref[ids] -= p.presence_penalty + p.frequency_penalty * counts.astype(np.float32)
+        ref[~mask] = -np.inf
+        expected.append(int(np.argmax(ref)))
+        rows.append(SampleRow(p, 1, 5, out, Mask(mask)))
+    assert sample(x, rows)[0] == expected
 
 
 def test_logprobs_are_of_the_penalised_unscaled_logits() -> None:

@@ -4,10 +4,14 @@ Determinism: a seeded stream draws step `i` from `default_rng([seed, i])`, which
 seed and the step, so the same request gives the same tokens alone, batched, or in another process. Every
 choice below is a pure function of the row's logits and that draw (ties go to the lower token id).
 
-Cost: greedy rows are one vectorised argmax. A sampled row costs O(vocab) comparisons and one float32
-exponential per surviving candidate: top-k and min-p are thresholds on the logits (a partition, never a
-sort of the vocabulary) and top-p sorts only the most likely candidates. Filters apply in the order
-temperature, top-k, min-p, top-p, each to the survivors of the one before.
+Cost: greedy rows are one vectorised argmax. A greedy constrained row (no logprobs) asks its constraint
+whether its best token is allowed and masks the vocabulary only when it is not: the best allowed token is
+the same either way (argmax takes the lowest id among equal maxima, and so does the masked argmax when
+that token is allowed), and a grammar allowing the model's choice is the common case. A sampled row costs
+O(vocab) comparisons and one float32 exponential per surviving candidate: top-k and min-p are thresholds
+on the logits (a partition, never a sort of the vocabulary) and top-p sorts only the most likely
+candidates. Filters apply in the order temperature, top-k, min-p, top-p, each to the survivors of the one
+before.
 """
 
 from __future__ import annotations
@@ -43,11 +47,16 @@ def _apply_penalties(logits: F32, row: SampleRow) -> F32:
     if (p.presence_penalty or p.frequency_penalty) and len(row.output_ids):
         ids, counts = np.unique(np.asarray(row.output_ids, dtype=np.int64), return_counts=True)
         logits[ids] -= p.presence_penalty + p.frequency_penalty * counts.astype(np.float32)
-    if row.constraint is not None:
-        mask = row.constraint.allowed()
-        if mask is not None:
-            logits[~mask] = -np.inf
     return logits
+
+
+_NEG_INF = np.float32(-np.inf)
+
+
+def _masked(logits: F32, constraint: Constraint) -> F32:
+    """A new row with the tokens the constraint refuses at -inf (`logits` is left as it was)."""
+    mask = constraint.allowed()
+    return logits if mask is None else np.where(mask, logits, _NEG_INF)
 
 
 def _log_softmax(x: F32) -> F32:
@@ -128,10 +137,16 @@ def sample(logits: F32, rows: Sequence[SampleRow]) -> tuple[list[int], list[Toke
     tokens = [0] * len(rows)
     logprobs: list[TokenLogprob | None] = [None] * len(rows)
     adjusted: dict[int, F32] = {}
+    check_best: list[int] = []  # greedy constrained rows without logprobs: masked only if their best is refused
     for i, row in enumerate(rows):
         p = row.params
-        if p.logit_bias or p.presence_penalty or p.frequency_penalty or row.constraint is not None:
+        if p.logit_bias or p.presence_penalty or p.frequency_penalty:
             adjusted[i] = _apply_penalties(logits[i].copy(), row)
+        if row.constraint is not None:
+            if p.greedy and p.logprobs is None:
+                check_best.append(i)
+            else:
+                adjusted[i] = _masked(adjusted[i] if i in adjusted else logits[i], row.constraint)
 
     def view(i: int) -> F32:
         return adjusted[i] if i in adjusted else logits[i]
@@ -141,6 +156,12 @@ def sample(logits: F32, rows: Sequence[SampleRow]) -> tuple[list[int], list[Toke
         block = np.stack([view(i) for i in greedy]) if adjusted else logits[greedy]
         for i, t in zip(greedy, np.argmax(block, axis=1), strict=True):
             tokens[i] = int(t)
+    for i in check_best:
+        constraint = rows[i].constraint
+        assert constraint is not None
+        if not constraint.allows(tokens[i]):
+            adjusted[i] = _masked(view(i), constraint)
+            tokens[i] = int(np.argmax(adjusted[i]))
     for i, row in enumerate(rows):
         if not row.params.greedy:
             tokens[i] = _sample_row(view(i), row)

@@ -29,11 +29,17 @@ class Priority(enum.IntEnum):
 class Constraint(Protocol):
     """A decoding constraint (grammar, JSON schema): which tokens may come next.
 
-    `allowed` returns a boolean mask over the vocabulary, or None for "anything"; `accept` advances the state
-    with the chosen token; `is_complete` says the constrained text may end here.
+    `allowed` returns a boolean mask over the vocabulary, or None for "anything"; `allows` answers for one
+    token exactly as `allowed()[token_id]` would (True where `allowed()` is None), and should cost far less:
+    a greedy row asks it about its best token and builds the whole mask only when the answer is no, which
+    gives the same token (the best allowed one). `accept` advances the state with the chosen token;
+    `is_complete` says the constrained text may end here. One step may call `allows` and `allowed` in any
+    order, any number of times, before `accept`.
     """
 
     def allowed(self) -> npt.NDArray[np.bool_] | None: ...
+
+    def allows(self, token_id: int) -> bool: ...
 
     def accept(self, token_id: int) -> None: ...
 
