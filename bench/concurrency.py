@@ -189,14 +189,16 @@ def body(p: str, max_tokens: int) -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def ours(slots: int, log: Path, *extra: str, src: str | None = None) -> Iterator[str]:
+def ours(
+    slots: int, log: Path, *extra: str, src: str | None = None, env: dict[str, str] | None = None,
+) -> Iterator[str]:
     """Our server; `src` runs another checkout's sources (`sluicegate-before`: $SLUICEGATE_BEFORE_SRC)."""
     port = free_port()
     cmd = [sys.executable, "-m", "sluicegate", "serve", "--port", str(port), "--slots", str(slots),
            "--threads", "2", "--ctx", str(CTX_PER_SLOT), "--log-level", "warning", *extra]
     if src is None:  # an older checkout may predate the store
         cmd += ["--data-dir", fresh_data_dir()]
-    with _serve(cmd, port, "/readyz", log, env={"PYTHONPATH": src} if src else None) as url:
+    with _serve(cmd, port, "/readyz", log, env={**(env or {}), **({"PYTHONPATH": src} if src else {})}) as url:
         yield url
         PIDS.pop(url, None)
 
