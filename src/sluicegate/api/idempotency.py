@@ -74,6 +74,8 @@ def idempotency_key(request: Request) -> str | None:
         raise _invalid("is sent more than once; send one")
     raw = values[0].decode("latin-1").strip(" \t")
     quoted = _SF_STRING.fullmatch(raw)
+    if raw.startswith('"') and not quoted:
+        raise _invalid('starts with a quote but is not a quoted string (RFC 8941): send "key" or key')
     key = re.sub(r"\\(.)", r"\1", quoted.group(1)) if quoted else raw
     if not _VISIBLE.fullmatch(key):
         raise _invalid(f"must be 1 to {MAX_KEY} visible ASCII characters (no spaces or control characters)")

@@ -167,14 +167,15 @@ class IdempotencyStore:
             return _rows(s.execute(update(Rec).where(Rec.owner.in_(owners), Rec.status.is_(None))
                                    .values(locked_until=self._clock() + self.lease)))
 
-    def prune(self, max_batches: int = 100) -> int:
-        """Delete expired rows, `PRUNE_BATCH` at a time (each batch its own transaction); returns how many."""
+    def prune(self, max_batches: int = 100, batch: int = PRUNE_BATCH) -> int:
+        """Delete expired rows, about `batch` at a time (each batch its own transaction, so no long lock);
+        returns how many."""
         total = 0
         for _ in range(max_batches):
             now = self._clock()
             with self.store.session() as s, s.begin():
                 cut = s.execute(select(Rec.expires_at).where(Rec.expires_at <= now).order_by(Rec.expires_at)
-                                .offset(PRUNE_BATCH - 1).limit(1)).scalar_one_or_none()
+                                .offset(batch - 1).limit(1)).scalar_one_or_none()
                 n = _rows(s.execute(delete(Rec).where(Rec.expires_at <= (cut or now))))
             total += n
             if cut is None:
@@ -200,7 +201,7 @@ class IdempotencyStore:
             except IntegrityError:
                 return False
             return True
-        return _rows(s.execute(stmt)) == 1
+        return s.execute(stmt.returning(Rec.owner)).first() is not None  # (psycopg's rowcount here is -1)
 
     def _hold(self, owner: str, scope: str, key: str) -> Claim:
         with self._lock:
