@@ -43,8 +43,10 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def idem(store: Store, clock: Clock) -> IdempotencyStore:
-    return IdempotencyStore(store, ttl_s=TTL_S, lease_s=LEASE_S, clock=clock)
+def idem(store: Store, clock: Clock) -> Iterator[IdempotencyStore]:
+    i = IdempotencyStore(store, ttl_s=TTL_S, lease_s=LEASE_S, clock=clock)
+    yield i
+    i.close()
 
 
 def rows(store: Store) -> int:
@@ -64,6 +66,23 @@ def test_claim_then_in_use_then_replay(idem: IdempotencyStore) -> None:
     assert idem.claim("key_a", "k1", "/v1/generate", "fp2").outcome is Outcome.MISMATCH
     assert idem.claim("key_b", "k1", "/v1/generate", "fp2").outcome is Outcome.CLAIMED  # another API key's scope
     assert idem.claim("", "k1", "/v1/generate", "fp1").outcome is Outcome.CLAIMED  # the auth-off scope
+
+
+def test_a_remembered_answer_is_replayed_here_before_it_is_written(idem: IdempotencyStore, store: Store,
+                                                                  clock: Clock) -> None:
+    claim = idem.claim("s", "k", "/v1/generate", "fp")
+    idem.remember("s", "k", "fp", ANSWER)
+    got = idem.claim("s", "k", "/v1/generate", "fp")
+    assert got.outcome is Outcome.REPLAY and got.answer == ANSWER  # this process: from memory
+    assert idem.claim("s", "k", "/v1/generate", "other").outcome is Outcome.MISMATCH
+    elsewhere = IdempotencyStore(store, clock=clock)  # another replica on the same database: the claim is still running
+    try:
+        assert elsewhere.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+        assert idem.complete("s", "k", claim.owner, ANSWER)
+        assert elsewhere.claim("s", "k", "/v1/generate", "fp").answer == ANSWER
+    finally:
+        elsewhere.close()
+    assert idem.claim("s", "k", "/v1/generate", "fp").answer == ANSWER  # from the store now
 
 
 def test_release_frees_the_key_and_only_the_holder_acts(idem: IdempotencyStore, store: Store) -> None:
@@ -125,8 +144,11 @@ def _race(stores: list[Store], key: str) -> list[Outcome]:
 
     def claim(s: Store) -> None:
         idem = IdempotencyStore(s)
-        barrier.wait()
-        outcomes.append(idem.claim("s", key, "/v1/generate", "fp").outcome)
+        try:
+            barrier.wait()
+            outcomes.append(idem.claim("s", key, "/v1/generate", "fp").outcome)
+        finally:
+            idem.close()
 
     threads = [threading.Thread(target=claim, args=(s,)) for s in stores]
     for t in threads:

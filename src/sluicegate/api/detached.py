@@ -14,9 +14,11 @@ cancels it, since nobody could ever read the answer.
   A client that leaves stops the sending, not the producer.
 - Either way the request ends only when the work has ended, so what runs when a request ends (the usage
   ledger's row, the rate-limit settlement) counts the whole work, once.
-- `on_done` gets the final answer (a stream: its events without heartbeats, `[DONE]` included), or None when
-  the task itself was cancelled, and is awaited before the client gets the answer's last bytes: a client that
-  received the whole answer and retries finds it stored. It must not raise.
+- The `Keeper` hears of the final answer twice (a stream's: its events without heartbeats, `[DONE]`
+  included): `answered()` just before the client gets its last bytes (instant: the idempotency keeper
+  remembers it in the process, so a retry on the heels of the answer is replayed), and `done()` once the
+  client has them (the keeper writes it to the store, off the client's wait); `done(None)` when the task
+  itself was cancelled. Neither may raise.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Response
 from fastapi.responses import StreamingResponse
@@ -51,8 +53,29 @@ class Finished:
     error: ApiError | None  # the error this answer carries (a stream's error event), if any
 
 
-OnDone = Callable[[Finished | None], Awaitable[None]]
+class Keeper(Protocol):
+    def answered(self, finished: Finished) -> None:
+        """The answer, just before the client gets its last bytes."""
+
+    async def done(self, finished: Finished | None) -> None:
+        """The answer once the client has it, or None: the work was cancelled. The request ends after this."""
+
+
 Render = Callable[[ApiError, str], Response]
+
+
+class _Answer(Response):
+    """A finished answer, sent; then the keeper's `done` (also when sending failed)."""
+
+    def __init__(self, finished: Finished, after: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(finished.body, status_code=finished.status, headers=finished.headers)
+        self._after = after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._after()
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -61,10 +84,10 @@ async def _disconnected(receive: Receive) -> None:
 
 
 async def answer_detached(receive: Receive, finish: Coroutine[Any, Any, Response], *, render: Render,
-                          request_id: str, on_done: OnDone) -> Response:
-    """Run `finish` in a task of its own; its Response, or 499 when the client left (after the work ended)."""
+                          request_id: str, keeper: Keeper) -> Response:
+    """Run `finish` in a task of its own; its answer, or 499 when the client left (after the work ended)."""
 
-    async def run() -> Response:
+    async def run() -> Finished:
         error: ApiError | None = None
         try:
             try:
@@ -76,10 +99,11 @@ async def answer_detached(receive: Receive, finish: Coroutine[Any, Any, Response
                 error = ApiError("internal_error", INTERNAL)
                 response = render(error, request_id)
         except BaseException:  # cancelled: no answer to keep
-            await asyncio.shield(on_done(None))
+            await asyncio.shield(keeper.done(None))
             raise
-        await on_done(Finished(response.status_code, dict(response.headers), bytes(response.body), error))
-        return response
+        finished = Finished(response.status_code, dict(response.headers), bytes(response.body), error)
+        keeper.answered(finished)
+        return finished
 
     task = asyncio.create_task(run())
     watcher = asyncio.ensure_future(_disconnected(receive))
@@ -89,8 +113,11 @@ async def answer_detached(receive: Receive, finish: Coroutine[Any, Any, Response
         watcher.cancel()
     if not task.done():  # the client left; the work goes on, and this request ends with it
         await asyncio.wait({task})
+        if not task.cancelled() and task.exception() is None:
+            await keeper.done(task.result())
         return Response(status_code=499)
-    return task.result()
+    finished = task.result()
+    return _Answer(finished, lambda: keeper.done(finished))
 
 
 class _Buffer:
@@ -140,7 +167,7 @@ class _DetachedStream(StreamingResponse):
 
 
 def stream_detached(items: AsyncIterator[BaseModel | None], *, request_id: str,
-                    render_error: Callable[[ApiError, str], dict[str, Any]], on_done: OnDone) -> StreamingResponse:
+                    render_error: Callable[[ApiError, str], dict[str, Any]], keeper: Keeper) -> StreamingResponse:
     """Run the event producer `items` in a task of its own; the response streams what it has produced."""
     errors: list[ApiError] = []
 
@@ -152,19 +179,20 @@ def stream_detached(items: AsyncIterator[BaseModel | None], *, request_id: str,
 
     async def pump() -> None:
         try:
-            try:
-                async for chunk in sse_stream(items, request_id=request_id, render_error=capture):
-                    buffer.append(chunk)
-            except BaseException:
-                await asyncio.shield(on_done(None))
-                raise
-            body = b"".join(c for c in buffer.chunks if c != HEARTBEAT)
-            headers = {"content-type": SSE_TYPE, **{k.lower(): v for k, v in HEADERS.items()}}
-            await on_done(Finished(200, headers, body, errors[0] if errors else None))
-        finally:
+            async for chunk in sse_stream(items, request_id=request_id, render_error=capture):
+                buffer.append(chunk)
+        except BaseException:
             buffer.close()
+            await asyncio.shield(keeper.done(None))
+            raise
+        body = b"".join(c for c in buffer.chunks if c != HEARTBEAT)
+        headers = {"content-type": SSE_TYPE, **{k.lower(): v for k, v in HEADERS.items()}}
+        finished = Finished(200, headers, body, errors[0] if errors else None)
+        keeper.answered(finished)
+        buffer.close()  # the client may now have `[DONE]`
+        await keeper.done(finished)
 
     return _DetachedStream(buffer, asyncio.create_task(pump()))
 
 
-__all__ = ["Finished", "OnDone", "Render", "answer_detached", "stream_detached"]
+__all__ = ["Finished", "Keeper", "Render", "answer_detached", "stream_detached"]

@@ -17,6 +17,9 @@ items next):
   draft's structured-field form (`"abc"`) and Stripe's bare form (`abc`) are the same key.
 - The fingerprint is of the parsed request (the validated model as canonical JSON: sorted keys, defaults
   filled in) and the route: key order, whitespace or an explicit default do not make a different request.
+- The answer is remembered in the process just before its client gets the last bytes and written to the
+  store right after (off the client's wait): a retry on the heels of it is replayed on this replica, and gets
+  409 for those milliseconds on another.
 - Claiming the key is one insert the database's unique constraint decides (tenancy/idempotency.py), so two
   replicas sharing a database run the work once. Refusals before execution (validation, budget, 401/403/413,
   429) never claim it or release it; answers the client is told to retry (429, 503, 504) release it too.
@@ -101,16 +104,17 @@ async def begin(request: Request, key: str, parsed: BaseModel) -> Held | Respons
     state = app_state(request)
     scope = ctx.key_id or ""
     route = request.scope["path"]
+    fp = fingerprint(route, parsed)
     t = time.perf_counter()
     try:
-        claim = await asyncio.to_thread(state.idempotency.claim, scope, key, route, fingerprint(route, parsed))
+        claim = await asyncio.to_thread(state.idempotency.claim, scope, key, route, fp)
     except Exception:
         log.exception("%s the idempotency keys could not be read", ctx.request_id)
         raise ApiError("store_unavailable", "idempotency keys cannot be checked right now", retry_after=1) from None
     finally:
         ctx.stage("idempotency", t)
     if claim.outcome is Outcome.CLAIMED:
-        return Held(state.idempotency, scope, key, claim.owner, ctx)
+        return Held(state.idempotency, scope, key, claim.owner, fp, ctx)
     if claim.outcome is Outcome.REPLAY:
         assert claim.answer is not None
         return replay(claim.answer)
@@ -124,13 +128,15 @@ async def begin(request: Request, key: str, parsed: BaseModel) -> Held | Respons
 
 class Held:
     """A claimed key: the request's work runs detached from its client, and its answer is stored (or the key
-    released) when the work ends."""
+    released) when the work ends. It is the work's `Keeper` (api/detached.py)."""
 
-    def __init__(self, idem: IdempotencyStore, scope: str, key: str, owner: str, ctx: RequestContext) -> None:
+    def __init__(self, idem: IdempotencyStore, scope: str, key: str, owner: str, fp: str,
+                 ctx: RequestContext) -> None:
         self._idem = idem
         self._scope = scope
         self._key = key
         self._owner = owner
+        self._fingerprint = fp
         self._ctx = ctx
 
     async def start(self, start: Callable[[], Awaitable[S]]) -> S:
@@ -143,14 +149,34 @@ class Held:
 
     async def answer(self, receive: Receive, finish: Coroutine[Any, Any, Response], render: Render) -> Response:
         """A whole answer (an ApiError from `finish` rendered by `render`), made even if the client leaves."""
-        return await answer_detached(receive, finish, render=render, request_id=self._ctx.request_id,
-                                     on_done=self._done)
+        return await answer_detached(receive, finish, render=render, request_id=self._ctx.request_id, keeper=self)
 
     def stream(self, items: AsyncIterator[BaseModel | None],
                render_error: Callable[[ApiError, str], dict[str, Any]]) -> Response:
         """Server-sent events, produced to the end even if the client leaves."""
-        return stream_detached(items, request_id=self._ctx.request_id, render_error=render_error,
-                               on_done=self._done)
+        return stream_detached(items, request_id=self._ctx.request_id, render_error=render_error, keeper=self)
+
+    def answered(self, finished: Finished) -> None:
+        """Remember a storable answer in the process before its client has it (api/detached.py)."""
+        if _storable(finished):
+            self._idem.remember(self._scope, self._key, self._fingerprint, self._stored(finished))
+
+    async def done(self, finished: Finished | None) -> None:
+        """Write the answer to the store, or release the key; never raises (a failure is logged, and the key
+        frees up when its lease ends)."""
+        if finished is None or not _storable(finished):
+            await self._release()
+            return
+        try:
+            await asyncio.to_thread(self._idem.complete, self._scope, self._key, self._owner, self._stored(finished))
+        except Exception:
+            log.exception("%s storing an idempotent answer failed; its key frees up when its lease ends",
+                          self._ctx.request_id)
+
+    @staticmethod
+    def _stored(finished: Finished) -> StoredAnswer:
+        headers = {k: v for k, v in finished.headers.items() if k in KEPT_HEADERS}
+        return StoredAnswer(finished.status, headers, finished.body)
 
     async def _release(self) -> None:
         try:
@@ -159,21 +185,11 @@ class Held:
             log.exception("%s releasing an idempotency key failed; it frees up when its lease ends",
                           self._ctx.request_id)
 
-    async def _done(self, finished: Finished | None) -> None:
-        told_to_retry = finished is None or finished.status in RETRY_STATUSES or (
-            finished.error is not None and finished.error.status in RETRY_STATUSES)
-        if finished is None or told_to_retry:
-            await self._release()
-            return
-        headers = {k: v for k, v in finished.headers.items() if k in KEPT_HEADERS}
-        t = time.perf_counter()
-        try:
-            await asyncio.to_thread(self._idem.complete, self._scope, self._key, self._owner,
-                                    StoredAnswer(finished.status, headers, finished.body))
-        except Exception:
-            log.exception("%s storing an idempotent answer failed; its key frees up when its lease ends",
-                          self._ctx.request_id)
-        self._ctx.stage("idempotency", t)
+
+def _storable(finished: Finished) -> bool:
+    """An answer is kept unless it tells the client to retry (429, 503, 504; a stream's error event too)."""
+    error_status = finished.error.status if finished.error is not None else None
+    return finished.status not in RETRY_STATUSES and error_status not in RETRY_STATUSES
 
 
 __all__ = ["REPLAYED", "Held", "begin", "fingerprint", "idempotency_key", "replay"]

@@ -70,6 +70,7 @@ class AppState:
         if self._maintenance is not None:
             self._maintenance.cancel()
             self._maintenance = None
+        self.idempotency.close()
         await asyncio.to_thread(self.ledger.close)
         await self.limiter.close()
 

@@ -13,11 +13,18 @@ loop run them in a worker thread.
 - The holder ends its claim with `complete()` (the answer to replay) or `release()` (nothing kept: the request
   was refused before it ran, or its client was told to retry). Both touch only the holder's own claim
   (`owner`, a random token), so a holder whose lease was taken over cannot overwrite the new holder's work.
+  `remember()` keeps an answer in the process while `complete()` writes it, so the answer can go to its client
+  before the write has landed: a retry reaching this process meanwhile is replayed from memory.
 - While the work runs, `renew()` (every third of the lease, one UPDATE for all of this process's claims)
   keeps the claims alive, so a long generation keeps its key and a crashed process's keys free up within
   one lease.
 - Rows expire `ttl_s` after their claim; `prune()` deletes expired rows in bounded batches (each replica runs
   it now and then; a claim meeting an expired row replaces it itself, so pruning only bounds the table).
+
+The claim and the answer are on every idempotent request's path, so they go through an engine of their own
+(`make_engine(relaxed=True)`): commits do not wait for the disk, and connections are not pinged before use
+(a dropped one is retried once). A claim or answer lost in a machine crash only means a retry runs the work
+again, as it would have without a key; docs/benchmarks.md has what the fsync would cost.
 
 Timestamps come from each process's clock: replicas whose clocks differ by seconds shift a 60 s lease or a
 24 h expiry by as much, which changes nothing a client can rely on.
@@ -35,19 +42,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, Insert, Result, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy import CursorResult, Engine, Executable, Result, Table, bindparam, delete, select, update
+from sqlalchemy.exc import DBAPIError
 
-from sluicegate.store.db import Store
+from sluicegate.store.db import Store, make_engine
 from sluicegate.store.models import IdempotencyRecord
 
 log = logging.getLogger("sluicegate.idempotency")
 
 PRUNE_BATCH = 1000  # most expired rows one prune transaction deletes (ties on the cut-off may add a few)
-Rec = IdempotencyRecord
+T = TypeVar("T")
 
 
 class Outcome(enum.Enum):
@@ -78,22 +84,59 @@ def _rows(result: Result[Any]) -> int:
     return int(cast(CursorResult[Any], result).rowcount)
 
 
+def _utc(value: dt.datetime) -> dt.datetime:
+    """Core statements return the column type's Python values: SQLite's are naive (and UTC)."""
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+TABLE = cast(Table, IdempotencyRecord.__table__)
+C = TABLE.c
+_THIS = (C.scope == bindparam("b_scope"), C.key == bindparam("b_key"))  # "b_": SET takes the column names
+_HOLDER = (*_THIS, C.owner == bindparam("b_owner"), C.status.is_(None))
+_READ = select(C.fingerprint, C.expires_at, C.locked_until, C.owner, C.status, C.headers, C.body).where(*_THIS)
+_TAKE_OVER = update(TABLE).where(*_THIS, C.owner == bindparam("b_owner"))
+_COMPLETE = update(TABLE).where(*_HOLDER)
+_RELEASE = delete(TABLE).where(*_HOLDER)
+
+
+def _insert_unless_there(dialect: str) -> Executable:
+    """INSERT that does nothing when the key exists, returning the owner only when it inserted."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(TABLE).on_conflict_do_nothing().returning(C.owner)
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(TABLE).on_conflict_do_nothing().returning(C.owner)
+    raise ValueError(f"idempotency keys need SQLite or Postgres, not {dialect}")
+
+
 class IdempotencyStore:
-    """The idempotency keys of one store, and the claims this process holds."""
+    """The idempotency keys of one store, and the claims this process holds.
+
+    The statements are built once, with bound parameters: building a SQLAlchemy statement per call costs more
+    than running it (docs/benchmarks.md, "Tenancy cost per request")."""
 
     def __init__(self, store: Store, *, ttl_s: float = 86_400.0, lease_s: float = 60.0,
                  clock: Callable[[], dt.datetime] = _now) -> None:
         if ttl_s <= 0 or lease_s <= 0:
             raise ValueError("the TTL and the lease must be positive")
         self.store = store
+        url = store.url
+        in_memory = store.is_sqlite and url.database in (None, "", ":memory:")  # one database per connection
+        self._engine: Engine = store.engine if in_memory else make_engine(url, relaxed=True)
+        self._own_engine = not in_memory
+        self._insert = _insert_unless_there(self._engine.dialect.name)
         self.ttl = dt.timedelta(seconds=ttl_s)
         self.lease = dt.timedelta(seconds=lease_s)
         self._clock = clock
         self._held: dict[str, tuple[str, str]] = {}  # owner -> (scope, key): this process's running claims
+        self._answers: dict[tuple[str, str], tuple[str, StoredAnswer]] = {}  # remembered, being written
         self._lock = threading.Lock()
 
     @property
@@ -104,31 +147,45 @@ class IdempotencyStore:
 
     def claim(self, scope: str, key: str, route: str, fingerprint: str) -> Claim:
         """Claim `key` for the request with `fingerprint`, or say why not (module doc)."""
+        return self._retrying(lambda: self._claim(scope, key, route, fingerprint))
+
+    def remember(self, scope: str, key: str, fingerprint: str, answer: StoredAnswer) -> None:
+        """Keep a held claim's answer in this process until `complete()` has written it: a retry that reaches
+        this process in between is replayed from memory (another process sees the claim running: 409)."""
+        with self._lock:
+            self._answers[(scope, key)] = (fingerprint, answer)
+
+    def _claim(self, scope: str, key: str, route: str, fingerprint: str) -> Claim:
+        with self._lock:
+            remembered = self._answers.get((scope, key))
+        if remembered is not None:
+            same = remembered[0] == fingerprint
+            return Claim(Outcome.REPLAY, answer=remembered[1]) if same else Claim(Outcome.MISMATCH)
         owner = secrets.token_hex(16)
+        this = {"b_scope": scope, "b_key": key}
         for _ in range(8):  # each round ends unless another request changed the row in between
             now = self._clock()
             fresh = {"route": route[:64], "fingerprint": fingerprint, "owner": owner, "created_at": now,
                      "locked_until": now + self.lease, "expires_at": now + self.ttl, "status": None,
                      "headers": None, "body": None}
-            with self.store.session() as s, s.begin():
-                if self._insert(s, {"scope": scope, "key": key, **fresh}):
+            with self._engine.begin() as conn:
+                if conn.execute(self._insert, {"scope": scope, "key": key, **fresh}).first() is not None:
                     return self._hold(owner, scope, key)
-                row = s.execute(select(Rec).where(Rec.scope == scope, Rec.key == key)).scalar_one_or_none()
+                row = conn.execute(_READ, this).one_or_none()
                 if row is None:
                     continue  # deleted (pruned) since the insert met it: insert again
+                expires_at = _utc(row.expires_at)
                 same = row.fingerprint == fingerprint
-                if row.expires_at > now and not same:
+                if expires_at > now and not same:
                     return Claim(Outcome.MISMATCH)
-                if row.expires_at > now and row.status is not None:
-                    answer = StoredAnswer(row.status, json.loads(row.headers or "{}"), row.body or b"")
+                if expires_at > now and row.status is not None:
+                    answer = StoredAnswer(row.status, json.loads(row.headers or "{}"), bytes(row.body or b""))
                     return Claim(Outcome.REPLAY, answer=answer)
-                if row.expires_at > now and row.locked_until > now:
+                if expires_at > now and _utc(row.locked_until) > now:
                     return Claim(Outcome.IN_USE)
                 # expired, or an abandoned claim of this same request: take it over, if nobody else did first
-                taken = _rows(s.execute(update(Rec).where(Rec.scope == scope, Rec.key == key,
-                                                          Rec.owner == row.owner).values(**fresh)))
-                if taken == 1:
-                    if row.expires_at > now:
+                if _rows(conn.execute(_TAKE_OVER, {**this, "b_owner": row.owner, **fresh})) == 1:
+                    if expires_at > now:
                         log.warning("idempotency key of %s: took over a claim abandoned by its holder",
                                     scope or "(no key)")
                     return self._hold(owner, scope, key)
@@ -136,26 +193,24 @@ class IdempotencyStore:
 
     def complete(self, scope: str, key: str, owner: str, answer: StoredAnswer) -> bool:
         """Store the answer of the holder's claim; False when the claim is no longer its own."""
+        params = {"b_scope": scope, "b_key": key, "b_owner": owner, "status": answer.status,
+                  "headers": json.dumps(answer.headers), "body": answer.body, "locked_until": self._clock()}
         try:
-            with self.store.session() as s, s.begin():
-                done = _rows(s.execute(
-                    update(Rec).where(Rec.scope == scope, Rec.key == key, Rec.owner == owner, Rec.status.is_(None))
-                    .values(status=answer.status, headers=json.dumps(answer.headers), body=answer.body,
-                            locked_until=self._clock())
-                ))
+            return self._retrying(lambda: self._write(_COMPLETE, params)) == 1
         finally:
             self._drop(owner)
-        return done == 1
+            with self._lock:
+                self._answers.pop((scope, key), None)
 
     def release(self, scope: str, key: str, owner: str) -> bool:
         """Give the key up without an answer (the next request with it runs); False when it was not held."""
         try:
-            with self.store.session() as s, s.begin():
-                gone = _rows(s.execute(delete(Rec).where(Rec.scope == scope, Rec.key == key, Rec.owner == owner,
-                                                         Rec.status.is_(None))))
+            return self._retrying(lambda: self._write(_RELEASE, {"b_scope": scope, "b_key": key,
+                                                                  "b_owner": owner})) == 1
         finally:
             self._drop(owner)
-        return gone == 1
+            with self._lock:
+                self._answers.pop((scope, key), None)
 
     def renew(self) -> int:
         """Extend the lease of every claim this process holds (one statement); returns how many."""
@@ -163,9 +218,9 @@ class IdempotencyStore:
             owners = list(self._held)
         if not owners:
             return 0
-        with self.store.session() as s, s.begin():
-            return _rows(s.execute(update(Rec).where(Rec.owner.in_(owners), Rec.status.is_(None))
-                                   .values(locked_until=self._clock() + self.lease)))
+        stmt = (update(TABLE).where(C.owner.in_(owners), C.status.is_(None))
+                .values(locked_until=self._clock() + self.lease))
+        return self._retrying(lambda: self._write(stmt, {}))
 
     def prune(self, max_batches: int = 100, batch: int = PRUNE_BATCH) -> int:
         """Delete expired rows, about `batch` at a time (each batch its own transaction, so no long lock);
@@ -173,35 +228,32 @@ class IdempotencyStore:
         total = 0
         for _ in range(max_batches):
             now = self._clock()
-            with self.store.session() as s, s.begin():
-                cut = s.execute(select(Rec.expires_at).where(Rec.expires_at <= now).order_by(Rec.expires_at)
-                                .offset(batch - 1).limit(1)).scalar_one_or_none()
-                n = _rows(s.execute(delete(Rec).where(Rec.expires_at <= (cut or now))))
+            with self._engine.begin() as conn:
+                cut = conn.execute(select(C.expires_at).where(C.expires_at <= now).order_by(C.expires_at)
+                                   .offset(batch - 1).limit(1)).scalar_one_or_none()
+                n = _rows(conn.execute(delete(TABLE).where(C.expires_at <= (cut or now))))
             total += n
             if cut is None:
                 break
         return total
 
-    def _insert(self, s: Session, values: dict[str, Any]) -> bool:
-        """Insert the row unless the key exists; True when this insert landed."""
-        dialect = s.get_bind().dialect.name
-        stmt: Insert
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
+    def close(self) -> None:
+        """Close this store's own connections (the shared store stays open)."""
+        if self._own_engine:
+            self._engine.dispose()
 
-            stmt = pg_insert(Rec).values(**values).on_conflict_do_nothing()
-        elif dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+    def _retrying(self, op: Callable[[], T]) -> T:
+        """`op`, again once if its connection had dropped (connections are not pinged before use)."""
+        try:
+            return op()
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            return op()
 
-            stmt = sqlite_insert(Rec).values(**values).on_conflict_do_nothing()
-        else:  # any other database: the constraint refuses the second insert
-            try:
-                with s.begin_nested():
-                    s.execute(insert(Rec).values(**values))
-            except IntegrityError:
-                return False
-            return True
-        return s.execute(stmt.returning(Rec.owner)).first() is not None  # (psycopg's rowcount here is -1)
+    def _write(self, stmt: Executable, params: dict[str, Any]) -> int:
+        with self._engine.begin() as conn:
+            return _rows(conn.execute(stmt, params))
 
     def _hold(self, owner: str, scope: str, key: str) -> Claim:
         with self._lock:
