@@ -168,3 +168,14 @@ def test_many_claims_at_once_one_wins(db_url: str) -> None:
     finally:
         for s in stores:
             s.close()
+
+
+def test_without_on_conflict_the_constraint_still_decides(idem: IdempotencyStore) -> None:
+    """A database without INSERT ... ON CONFLICT: the plain insert's IntegrityError says the key exists."""
+    idem._insert = None
+    first = idem.claim("s", "k", "/v1/generate", "fp")
+    assert first.outcome is Outcome.CLAIMED
+    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+    assert idem.claim("s", "k", "/v1/generate", "other").outcome is Outcome.MISMATCH
+    assert idem.complete("s", "k", first.owner, ANSWER)
+    assert idem.claim("s", "k", "/v1/generate", "fp").answer == ANSWER

@@ -44,8 +44,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, Engine, Executable, Result, Table, bindparam, delete, select, update
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import (
+    Connection,
+    CursorResult,
+    Engine,
+    Executable,
+    Result,
+    Table,
+    bindparam,
+    delete,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from sluicegate.store.db import Store, make_engine
 from sluicegate.store.models import IdempotencyRecord
@@ -103,8 +115,9 @@ _COMPLETE = update(TABLE).where(*_HOLDER)
 _RELEASE = delete(TABLE).where(*_HOLDER)
 
 
-def _insert_unless_there(dialect: str) -> Executable:
-    """INSERT that does nothing when the key exists, returning the owner only when it inserted."""
+def _insert_unless_there(dialect: str) -> Executable | None:
+    """INSERT that does nothing when the key exists, returning the owner only when it inserted; None for a
+    database without `ON CONFLICT` (the plain insert's IntegrityError then says the key exists)."""
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -113,7 +126,7 @@ def _insert_unless_there(dialect: str) -> Executable:
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
         return sqlite_insert(TABLE).on_conflict_do_nothing().returning(C.owner)
-    raise ValueError(f"idempotency keys need SQLite or Postgres, not {dialect}")
+    return None
 
 
 class IdempotencyStore:
@@ -169,7 +182,7 @@ class IdempotencyStore:
                      "locked_until": now + self.lease, "expires_at": now + self.ttl, "status": None,
                      "headers": None, "body": None}
             with self._engine.begin() as conn:
-                if conn.execute(self._insert, {"scope": scope, "key": key, **fresh}).first() is not None:
+                if self._inserted(conn, {"scope": scope, "key": key, **fresh}):
                     return self._hold(owner, scope, key)
                 row = conn.execute(_READ, this).one_or_none()
                 if row is None:
@@ -250,6 +263,16 @@ class IdempotencyStore:
             if not exc.connection_invalidated:
                 raise
             return op()
+
+    def _inserted(self, conn: Connection, row: dict[str, Any]) -> bool:
+        if self._insert is not None:
+            return conn.execute(self._insert, row).first() is not None
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(TABLE), row)
+        except IntegrityError:
+            return False
+        return True
 
     def _write(self, stmt: Executable, params: dict[str, Any]) -> int:
         with self._engine.begin() as conn:
