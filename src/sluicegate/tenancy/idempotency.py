@@ -23,8 +23,11 @@ loop run them in a worker thread.
 
 The claim and the answer are on every idempotent request's path, so they go through an engine of their own
 (`make_engine(relaxed=True)`): commits do not wait for the disk, and connections are not pinged before use
-(a dropped one is retried once). A claim or answer lost in a machine crash only means a retry runs the work
-again, as it would have without a key; docs/benchmarks.md has what the fsync would cost.
+(a dropped one is retried once). Every statement stands alone (autocommit: one round trip, no BEGIN and
+COMMIT around it): the insert is the claim, and every later change is conditional on the row as it was read
+(`owner`, `status`), so no statement needs another's transaction. A claim or answer lost in a machine crash
+only means a retry runs the work again, as it would have without a key; docs/benchmarks.md has what the
+fsync would cost.
 
 Timestamps come from each process's clock: replicas whose clocks differ by seconds shift a 60 s lease or a
 24 h expiry by as much, which changes nothing a client can rely on.
@@ -40,7 +43,8 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -142,8 +146,9 @@ class IdempotencyStore:
         self.store = store
         url = store.url
         in_memory = store.is_sqlite and url.database in (None, "", ":memory:")  # one database per connection
-        self._engine: Engine = store.engine if in_memory else make_engine(url, relaxed=True)
-        self._own_engine = not in_memory
+        # an in-memory database is one shared connection (the store's); elsewhere an autocommit engine of its own
+        self._own: Engine | None = None if in_memory else make_engine(url, relaxed=True)
+        self._engine: Engine = store.engine if self._own is None else self._own
         self._insert = _insert_unless_there(self._engine.dialect.name)
         self.ttl = dt.timedelta(seconds=ttl_s)
         self.lease = dt.timedelta(seconds=lease_s)
@@ -181,7 +186,7 @@ class IdempotencyStore:
             fresh = {"route": route[:64], "fingerprint": fingerprint, "owner": owner, "created_at": now,
                      "locked_until": now + self.lease, "expires_at": now + self.ttl, "status": None,
                      "headers": None, "body": None}
-            with self._engine.begin() as conn:
+            with self._connection() as conn:
                 if self._inserted(conn, {"scope": scope, "key": key, **fresh}):
                     return self._hold(owner, scope, key)
                 row = conn.execute(_READ, this).one_or_none()
@@ -241,7 +246,7 @@ class IdempotencyStore:
         total = 0
         for _ in range(max_batches):
             now = self._clock()
-            with self._engine.begin() as conn:
+            with self._connection() as conn:
                 cut = conn.execute(select(C.expires_at).where(C.expires_at <= now).order_by(C.expires_at)
                                    .offset(batch - 1).limit(1)).scalar_one_or_none()
                 n = _rows(conn.execute(delete(TABLE).where(C.expires_at <= (cut or now))))
@@ -252,8 +257,8 @@ class IdempotencyStore:
 
     def close(self) -> None:
         """Close this store's own connections (the shared store stays open)."""
-        if self._own_engine:
-            self._engine.dispose()
+        if self._own is not None:
+            self._own.dispose()
 
     def _retrying(self, op: Callable[[], T]) -> T:
         """`op`, again once if its connection had dropped (connections are not pinged before use)."""
@@ -265,17 +270,25 @@ class IdempotencyStore:
             return op()
 
     def _inserted(self, conn: Connection, row: dict[str, Any]) -> bool:
+        """The claim's insert (the first statement of its round); True when it landed."""
         if self._insert is not None:
             return conn.execute(self._insert, row).first() is not None
         try:
-            with conn.begin_nested():
-                conn.execute(insert(TABLE), row)
+            conn.execute(insert(TABLE), row)
         except IntegrityError:
+            conn.rollback()  # nothing else happened on this connection yet
             return False
         return True
 
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """A connection; what it did is committed when the block ends (a no-op under autocommit)."""
+        with self._engine.connect() as conn:
+            yield conn
+            conn.commit()
+
     def _write(self, stmt: Executable, params: dict[str, Any]) -> int:
-        with self._engine.begin() as conn:
+        with self._connection() as conn:
             return _rows(conn.execute(stmt, params))
 
     def _hold(self, owner: str, scope: str, key: str) -> Claim:
