@@ -1,6 +1,6 @@
 """Tenancy cost per request: what auth + a rate limit + an Idempotency-Key add to one request, median and p99.
 
-    flock /tmp/sluicegate-bench.lock .venv/bin/python bench/tenancy.py [--runs 2000] [--write]
+    flock /tmp/sluicegate-bench.lock .venv/bin/python bench/tenancy.py [--runs 2000] [--pause-ms 5] [--write]
 
 Two setups: SQLite + the in-process limiter, and Postgres + Redis (a fresh database on 127.0.0.1:5432 and the
 Redis at 127.0.0.1:6379; skipped when absent). In each, two reference servers (`sluicegate.testing.refserver`,
@@ -12,8 +12,9 @@ subprocesses) are started side by side with the same flags; they differ only in 
   its answer stored); and the same request again (**replay**: the stored answer, nothing generated).
 
 A request cannot be both with and without a key on one server (a store holding a key refuses requests without
-one), hence two; they run at the same time and the requests are interleaved (plain, tenancy, replay, plain,
-...) one at a time over one keep-alive connection per server, so drift and load hit all three alike. Each
+one), hence two; they run at the same time and the requests are interleaved (replay of the last round's key,
+plain, tenancy; a pause; again) one at a time over one keep-alive connection per server, so drift and load hit
+all three alike. Each
 request is `/v1/generate` with a one-token answer. Client wall time (perf_counter around the request) and the
 server's own total (Server-Timing) are reported; *added* is tenancy minus plain, per interleaved pair.
 
@@ -53,6 +54,8 @@ HEADING = "## Tenancy cost per request"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 BODY = {"prompt": "Hello", "max_new_tokens": 1, "temperature": 0}
 WARMUP = 50
+TARGET_MS = {"SQLite + in-process limiter": 0.3, "Postgres + Redis": 1.0}
+TARGETS: list[tuple[str, float]] = []  # (setup, added median) as measured
 
 
 @contextlib.contextmanager
@@ -89,45 +92,64 @@ def setups(tmp: Path) -> Iterator[list[tuple[str, str, str, list[str]]]]:
         admin.dispose()
 
 
-def total_ms(r: httpx.Response) -> float:
+def stage_ms(r: httpx.Response, stage: str) -> float:
     for part in r.headers["server-timing"].split(","):
         name, _, dur = part.strip().partition(";dur=")
-        if name == "total":
+        if name == stage:
             return float(dur)
-    raise ValueError("no total in Server-Timing")
+    raise ValueError(f"no {stage} in Server-Timing")
 
 
-def measure(plain_url: str, tenancy_url: str, secret: str, runs: int) -> dict[str, list[float]]:
-    """Milliseconds per request: client wall and server total, for plain, tenancy and replay."""
+def total_ms(r: httpx.Response) -> float:
+    return stage_ms(r, "total")
+
+
+def measure(plain_url: str, tenancy_url: str, secret: str, runs: int, pause_s: float) -> dict[str, list[float]]:
+    """Milliseconds per request: client wall and server total, for plain, tenancy and replay.
+
+    A round is: the replay of the previous round's key, a plain request, a request with a new key; then a pause,
+    so what a request does after its answer (the answer written, the limit settled, the ledger row) has ended
+    before the next round starts: each request is timed alone, as a client that is not hammering sees it."""
     out: dict[str, list[float]] = {k: [] for k in ("plain", "tenancy", "replay", "plain_srv", "tenancy_srv",
-                                                     "replay_srv", "added", "added_srv")}
+                                                     "replay_srv", "added", "added_srv", "auth", "claim")}
     auth = {"Authorization": f"Bearer {secret}"}
+    previous: dict[str, str] | None = None
     with httpx.Client(base_url=plain_url, timeout=60) as plain, httpx.Client(base_url=tenancy_url, timeout=60) as ten:
-        for i in range(WARMUP + runs):
+        for i in range(WARMUP + runs + 1):
+            if previous is not None:
+                t = time.perf_counter()
+                c = ten.post("/v1/generate", json=BODY, headers=previous)
+                wall_c = (time.perf_counter() - t) * 1e3
+                assert c.status_code == 200 and c.headers["idempotent-replayed"] == "true", c.text
+                if i > WARMUP:
+                    out["replay"].append(wall_c)
+                    out["replay_srv"].append(total_ms(c))
+            if i == WARMUP + runs:
+                break
             t = time.perf_counter()
             a = plain.post("/v1/generate", json=BODY)
             wall_a = (time.perf_counter() - t) * 1e3
-            key = {**auth, "Idempotency-Key": uuid.uuid4().hex}
+            previous = {**auth, "Idempotency-Key": uuid.uuid4().hex}
             t = time.perf_counter()
-            b = ten.post("/v1/generate", json=BODY, headers=key)
+            b = ten.post("/v1/generate", json=BODY, headers=previous)
             wall_b = (time.perf_counter() - t) * 1e3
-            t = time.perf_counter()
-            c = ten.post("/v1/generate", json=BODY, headers=key)
-            wall_c = (time.perf_counter() - t) * 1e3
-            assert a.status_code == b.status_code == c.status_code == 200, (a.text, b.text, c.text)
-            assert "x-ratelimit-remaining-tokens" in b.headers and c.headers["idempotent-replayed"] == "true"
+            assert a.status_code == b.status_code == 200, (a.text, b.text)
+            assert "x-ratelimit-remaining-tokens" in b.headers and "idempotent-replayed" not in b.headers
+            time.sleep(pause_s)
             if i < WARMUP:
                 continue
-            for name, wall, r in (("plain", wall_a, a), ("tenancy", wall_b, b), ("replay", wall_c, c)):
+            for name, wall, r in (("plain", wall_a, a), ("tenancy", wall_b, b)):
                 out[name].append(wall)
                 out[name + "_srv"].append(total_ms(r))
             out["added"].append(wall_b - wall_a)
             out["added_srv"].append(total_ms(b) - total_ms(a))
+            out["auth"].append(stage_ms(b, "auth"))
+            out["claim"].append(stage_ms(b, "idempotency"))
     return out
 
 
 def run_setup(tmp: Path, label: str, plain_db: str, tenancy_db: str, flags: list[str],
-              runs: int) -> list[str]:
+              runs: int, pause_s: float) -> list[str]:
     admin = Store.open(tenancy_db)
     try:
         _, secret = create_key(admin, "bench", {Scope.GENERATE}, tpm=10**9, burst=10**9)
@@ -139,17 +161,24 @@ def run_setup(tmp: Path, label: str, plain_db: str, tenancy_db: str, flags: list
         while httpx.get(b.url + "/v1/models", headers={"x-api-key": secret}, timeout=30).status_code != 200:
             if time.monotonic() > deadline:
                 raise RuntimeError("the key never worked")
-        m = measure(a.url, b.url, secret, runs)
+        m = measure(a.url, b.url, secret, runs, pause_s)
 
     def row(name: str, what: str) -> str:
         wall, srv = m[name], m[name + "_srv"]
         return (f"| {label} | {what} | {len(wall)} | {pct(wall, 0.5):.3f} | {pct(wall, 0.99):.3f} "
                 f"| {pct(srv, 0.5):.3f} | {pct(srv, 0.99):.3f} |")
 
+    def stage(name: str, what: str) -> str:
+        xs = m[name]
+        return f"| {label} | {what} | {len(xs)} | | | {pct(xs, 0.5):.3f} | {pct(xs, 0.99):.3f} |"
+
+    TARGETS.append((label, pct(m["added"], 0.5)))
     return [
         row("plain", "plain: no key, no limit, no Idempotency-Key"),
         row("tenancy", "key + limit + new Idempotency-Key"),
         row("added", "**added** (paired difference)"),
+        stage("auth", "of which the auth stage (Server-Timing `auth`)"),
+        stage("claim", "of which the claim: worker thread + insert (Server-Timing `idempotency`)"),
         row("replay", "replay of a stored answer (key + limit)"),
     ]
 
@@ -207,6 +236,7 @@ def write_section(text: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2000, help="interleaved rounds per setup (after 50 warm-up)")
+    ap.add_argument("--pause-ms", type=float, default=5.0, help="pause between rounds (measure() says why)")
     ap.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
     args = ap.parse_args()
     started = time.strftime("%Y-%m-%d %H:%M")
@@ -215,18 +245,22 @@ def main() -> None:
     store_rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp, setups(Path(tmp)) as all_setups:
         for label, plain_db, tenancy_db, flags in all_setups:
-            rows += run_setup(Path(tmp), label, plain_db, tenancy_db, flags, args.runs)
+            rows += run_setup(Path(tmp), label, plain_db, tenancy_db, flags, args.runs, args.pause_ms / 1e3)
         for label, _, tenancy_db, _ in all_setups:
             store_rows += statement_rows(label.split(" + ")[0], tenancy_db, args.runs)
     lines = [
         HEADING, "",
         f"Command: `flock /tmp/sluicegate-bench.lock .venv/bin/python bench/tenancy.py"
-        f"{' --runs ' + str(args.runs) if args.runs != 2000 else ''}{' --write' if args.write else ''}` "
+        f"{' --runs ' + str(args.runs) if args.runs != 2000 else ''}"
+        f"{' --pause-ms ' + format(args.pause_ms, 'g') if args.pause_ms != 5.0 else ''}"
+        f"{' --write' if args.write else ''}` "
         f"({started}, load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end). Machine: "
         f"{platform.machine()}, {os.cpu_count()} cores shared with other work, Python {platform.python_version()}.",
         "",
         "`/v1/generate` with a one-token answer, one request at a time over a keep-alive socket on 127.0.0.1, "
-        "two reference servers side by side (bench/tenancy.py says why two), requests interleaved. Milliseconds. "
+        "two reference servers side by side (bench/tenancy.py says why two), requests interleaved: each round is "
+        f"the replay of the previous round's key, a plain request, a request with all three, then {args.pause_ms:g} ms "
+        "of pause (what a request does after its answer has ended before the next round). Milliseconds. "
         "Targets for the added median: under 0.3 ms (SQLite + in-process), under 1 ms (Postgres + Redis).",
         "",
         "| setup | request | n | client wall median | client wall p99 | server total median | server total p99 |",
@@ -236,7 +270,18 @@ def main() -> None:
         "What a request with all three pays: the auth stage (header, checksum, SHA-256, the cached key), the "
         "limiter's reserve and settle (in-process: a lock and arithmetic; Redis: two round trips), the "
         "Idempotency-Key's claim (one insert) and its stored answer (one update), each store statement in a worker "
-        "thread. A replay is the auth stage, one insert attempt and one read, and no engine work.",
+        "thread; the answer's update runs after the client has it, so only the claim is on the client's wait. "
+        "The rest of the added time is the limiter (in-process: microseconds; Redis: one round trip before the "
+        "answer, the settle after it) and the detached task the work runs in. A replay is the auth stage, one "
+        "insert attempt and one read, and no engine work.",
+        "",
+        "Against the targets (added median, client wall): " + "; ".join(
+            f"{label}: {added:.2f} ms for a target of {TARGET_MS[label]:g} ms "
+            f"({'met' if added < TARGET_MS[label] else 'missed'})" for label, added in TARGETS) + ". "
+        "Where the claim's time goes: its statement costs about 0.1 ms (SQLite) and 0.3 ms (Postgres) in a hot "
+        "loop (the table below), more on the server's colder path, plus the hand-off to a worker thread and back "
+        "(about 0.2 ms here, measured by running the claim on the event loop instead; not shipped, since a locked "
+        "SQLite file or a slow database would then stall every request on the loop).",
         "",
         f"The idempotency store's statements alone, in process, {args.runs} of each, median / p99 in milliseconds:",
         "",
