@@ -8,7 +8,26 @@ import sys
 from pathlib import Path
 
 from sluicegate import cli_store
-from sluicegate.config import AuthConfig, Config, LimitsConfig, ModelConfig, RateLimitConfig, StoreConfig
+from sluicegate.config import (
+    AuthConfig,
+    Config,
+    IdempotencyConfig,
+    LimitsConfig,
+    ModelConfig,
+    RateLimitConfig,
+    StoreConfig,
+)
+
+
+def positive_hours(text: str) -> float:
+    """An argparse type: a positive, finite number of hours."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of hours")
+    return value
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,6 +63,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="tokens per minute for API keys created without --tpm (default: such keys are unlimited)")
     p.add_argument("--default-burst", type=int, default=rl.default_burst,
                    help="bucket capacity for API keys created without --burst (default: one minute of tokens)")
+    p.add_argument("--idempotency-ttl-hours", type=positive_hours, default=IdempotencyConfig().ttl_hours,
+                   help="how long the answer to a request with an Idempotency-Key is kept and replayed")
     p.add_argument("--insecure-no-auth", action="store_true",
                    help="serve on a non-loopback address while the store holds no API key (anyone who reaches "
                         "the port may use everything); auth still turns on once a key exists")
@@ -79,6 +100,7 @@ def serve(args: argparse.Namespace) -> int:
         auth=AuthConfig(insecure_no_auth=args.insecure_no_auth),
         ratelimit=RateLimitConfig(redis_url=args.redis_url, fail_open=args.rate_limit_fail_open,
                                   default_tpm=args.default_tpm, default_burst=args.default_burst),
+        idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
         host=args.host, port=args.port,
     )
     m = config.model

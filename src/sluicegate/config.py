@@ -62,6 +62,16 @@ class RateLimitConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class IdempotencyConfig:
+    """Idempotency-Key on the POST routes that create work (docs/idempotency.md)."""
+
+    ttl_hours: float = 24.0  # how long a key's answer is kept and replayed (`--idempotency-ttl-hours`)
+    lease_s: float = 60.0  # a running claim, renewed every third of this; a dead process's keys free up after it
+    prune_every_s: float = 600.0  # how often each process deletes expired keys (a claim replaces one it meets)
+    retry_after_s: int = 1  # Retry-After on 409 idempotency_key_in_use (the first request is still running)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -69,5 +79,6 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     ratelimit: RateLimitConfig = field(default_factory=RateLimitConfig)
+    idempotency: IdempotencyConfig = field(default_factory=IdempotencyConfig)
     host: str = "127.0.0.1"  # listen address
     port: int = 8000  # listen port

@@ -38,9 +38,9 @@ def store_args(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[
         args = ["--database-url", url_string(url)]
         done = sluicegate("db", "upgrade", *args)
         assert done.returncode == 0, done.stderr
-        assert "upgraded from an empty schema to revision 0002" in done.stdout
+        assert "upgraded from an empty schema to revision 0003" in done.stdout
         again = sluicegate("db", "upgrade", *args)
-        assert again.returncode == 0 and "already at revision 0002" in again.stdout
+        assert again.returncode == 0 and "already at revision 0003" in again.stdout
         yield args
 
 

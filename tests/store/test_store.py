@@ -40,7 +40,7 @@ def test_schema_states_and_the_refusal(empty_db_url: str) -> None:
     store = Store.open(empty_db_url)
     try:
         state = schema_state(store.engine)
-        assert state.status is SchemaStatus.EMPTY and state.head == head_revision() == "0002"
+        assert state.status is SchemaStatus.EMPTY and state.head == head_revision() == "0003"
         message = state.refusal(empty_db_url)
         assert message is not None and f"sluicegate db upgrade --database-url {display_url(empty_db_url)}" in message
         upgrade(empty_db_url, "0001")
@@ -49,7 +49,7 @@ def test_schema_states_and_the_refusal(empty_db_url: str) -> None:
         assert "is at revision 0001" in (state.refusal(empty_db_url) or "")
         assert upgrade(empty_db_url).status is SchemaStatus.CURRENT
         assert schema_state(store.engine).refusal(empty_db_url) is None
-        assert upgrade(empty_db_url).current == "0002"  # idempotent
+        assert upgrade(empty_db_url).current == "0003"  # idempotent
         with store.engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
         state = schema_state(store.engine)
@@ -69,7 +69,7 @@ def test_auto_upgrade_only_when_allowed(empty_db_url: str) -> None:
 
 def test_the_refusal_never_shows_a_password() -> None:
     url = "postgresql+psycopg://app:s3cret-pw@db.example:5432/sg"
-    state = SchemaState(SchemaStatus.EMPTY, None, "0002")
+    state = SchemaState(SchemaStatus.EMPTY, None, "0003")
     message = state.refusal(url)
     assert message is not None and "s3cret-pw" not in message
     assert "sluicegate db upgrade --database-url postgresql+psycopg://app:***@db.example:5432/sg" in message

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+import pytest
+
 from sluicegate import cli
-from sluicegate.config import LimitsConfig
+from sluicegate.config import IdempotencyConfig, LimitsConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -26,3 +28,11 @@ def test_every_limit_has_a_flag() -> None:
         max_body_bytes=2048, max_prompt_tokens=64, max_new_tokens=32, estimate_new_tokens=16, drain_s=2.5)
     assert {f.name for f in dataclasses.fields(LimitsConfig)} == {
         "max_body_bytes", "max_prompt_tokens", "max_new_tokens", "estimate_new_tokens", "drain_s"}
+
+
+def test_the_idempotency_ttl_flag() -> None:
+    assert parse().idempotency_ttl_hours == IdempotencyConfig().ttl_hours == 24.0
+    assert parse("--idempotency-ttl-hours", "0.5").idempotency_ttl_hours == 0.5
+    for bad in ("0", "-1", "inf", "nan", "soon"):
+        with pytest.raises(SystemExit):
+            parse("--idempotency-ttl-hours", bad)

@@ -19,6 +19,7 @@ from sluicegate.serving.constraints import build_vocabulary
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 from sluicegate.store.db import Store, in_memory
+from sluicegate.tenancy.idempotency import IdempotencyStore, maintain
 from sluicegate.tenancy.key_cache import KeyCache
 from sluicegate.tenancy.ratelimit import RateLimiter, build_rate_limiter
 from sluicegate.tenancy.usage import UsageLedger
@@ -36,6 +37,8 @@ class AppState:
     keys: KeyCache = field(init=False)
     limiter: RateLimiter = field(init=False)  # token buckets per key: in-process, or Redis (--redis-url)
     ledger: UsageLedger = field(init=False)
+    idempotency: IdempotencyStore = field(init=False)  # Idempotency-Key claims and stored answers
+    _maintenance: asyncio.Task[None] | None = None  # renews this process's claims, prunes expired keys
     model: ServedModel | None = None
     engine: Engine | None = None
     load_error: str | None = None
@@ -48,6 +51,8 @@ class AppState:
         self.ledger = UsageLedger(self.store, max_pending=self.config.store.usage_max_pending)
         self.keys = self._key_cache()
         self.limiter = build_rate_limiter(self.config.ratelimit)  # opens no connection until first used
+        idem = self.config.idempotency
+        self.idempotency = IdempotencyStore(self.store, ttl_s=idem.ttl_hours * 3600, lease_s=idem.lease_s)
 
     def _key_cache(self) -> KeyCache:
         a = self.config.auth
@@ -56,11 +61,17 @@ class AppState:
 
     def open_tenancy(self) -> None:
         """At start-up, on the serving event loop: a fresh key cache (its locks belong to one loop), the
-        ledger's writer thread."""
+        ledger's writer thread, the idempotency keys' upkeep."""
         self.keys = self._key_cache()
         self.ledger.start()
+        self._maintenance = asyncio.create_task(
+            maintain(self.idempotency, prune_every_s=self.config.idempotency.prune_every_s))
 
     async def close_tenancy(self) -> None:
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            self._maintenance = None
+        self.idempotency.close()
         await asyncio.to_thread(self.ledger.close)
         await self.limiter.close()
 

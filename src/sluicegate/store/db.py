@@ -47,12 +47,32 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def make_engine(url: str | URL) -> Engine:
+def _sqlite_relaxed(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA synchronous=NORMAL")  # in WAL mode: no fsync per commit; safe against a process crash
+    cur.close()
+
+
+def make_engine(url: str | URL, *, relaxed: bool = False) -> Engine:
+    """An engine for the store at `url`.
+
+    `relaxed` is for rows whose loss in an operating-system crash is harmless and whose writes sit on a
+    request's path (idempotency claims: a lost one only means a retry runs again, as without a key): a commit
+    does not wait for the disk (SQLite `synchronous=NORMAL` in WAL mode, Postgres `synchronous_commit=off`;
+    both survive a crash of the process or of the database server's processes, not of the machine),
+    connections are not pinged before use (a round trip each), so the caller retries once on a dropped one,
+    and every statement commits by itself (autocommit: no BEGIN and COMMIT round trips), so the caller writes
+    only statements that stand alone.
+    """
     u = make_url(url)
+    relax: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"} if relaxed else {}
     if u.get_backend_name() != "sqlite":
-        return create_engine(u, pool_pre_ping=True, hide_parameters=True)
+        if relaxed and u.get_backend_name() == "postgresql":
+            relax["connect_args"] = {"options": "-c synchronous_commit=off"}
+        return create_engine(u, pool_pre_ping=not relaxed, hide_parameters=True, **relax)
     # hide_parameters: a failed statement's message (logged) never carries the values bound to it
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}, "hide_parameters": True}
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}, "hide_parameters": True,
+                              **relax}
     if u.database in (None, "", ":memory:"):
         kwargs["poolclass"] = StaticPool  # one shared connection: an in-memory database exists per connection
     else:
@@ -61,6 +81,8 @@ def make_engine(url: str | URL) -> Engine:
             path.parent.mkdir(parents=True, mode=0o700)
     engine = create_engine(u, **kwargs)
     event.listen(engine, "connect", _sqlite_pragmas)
+    if relaxed:
+        event.listen(engine, "connect", _sqlite_relaxed)
     return engine
 
 

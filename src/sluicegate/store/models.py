@@ -2,14 +2,26 @@
 
 The schema itself is owned by the Alembic migrations under `migrations/versions/`; these models must match
 the head revision (tests/store check it with Alembic's autogenerate comparison). A later feature adds its
-table (idempotency records, jobs) with a new model here and a new revision there.
+table (jobs) with a new model here and a new revision there.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import BigInteger, Date, DateTime, ForeignKey, Index, Integer, MetaData, String, TypeDecorator
+from sqlalchemy import (
+    BigInteger,
+    Date,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -87,3 +99,27 @@ class UsageRecord(Base):
     generated_tokens: Mapped[int] = mapped_column(Integer)
     request_id: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+
+
+class IdempotencyRecord(Base):
+    """One Idempotency-Key of one API key (tenancy/idempotency.py, docs/idempotency.md).
+
+    The primary key is the unique constraint that decides between two requests (two replicas) claiming the
+    same key at once: the one whose insert lands runs the work. `status` is None while the work runs (the
+    claim, held by `owner` until `locked_until`, which the owner renews); then the answer is stored.
+    """
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index("ix_idempotency_keys_expires_at", "expires_at"),)
+
+    scope: Mapped[str] = mapped_column(String(32), primary_key=True)  # the API key's id; "" while auth is off
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)  # the client's Idempotency-Key
+    route: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(String(64))  # hex SHA-256 of the route and the parsed request
+    owner: Mapped[str] = mapped_column(String(32))  # the claim's random token: only its holder stores or releases
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    locked_until: Mapped[dt.datetime] = mapped_column(UTCDateTime())  # while running: another may take it after
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())  # created_at + the TTL; pruned after
+    status: Mapped[int | None] = mapped_column(Integer)  # the stored answer's HTTP status; None: still running
+    headers: Mapped[str | None] = mapped_column(Text)  # the stored answer's headers that matter, as JSON
+    body: Mapped[bytes | None] = mapped_column(LargeBinary)  # the stored body (a stream: its SSE events)

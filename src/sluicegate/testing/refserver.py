@@ -1,6 +1,7 @@
 """The app on the tiny reference backend, served by uvicorn on 127.0.0.1: for socket tests and benchmarks.
 
     python -m sluicegate.testing.refserver --port 8123 [--max-body-bytes N] [--ctx 512] [--database-url URL]
+        [--redis-url URL] [--idempotency-ttl-hours H] [--step-delay-ms MS] [--eos-slope X]
 
 `running()` starts it as a subprocess on a free port and waits for readiness; the CLI's `serve` serves only
 llama.cpp, and the reference backend needs no model file.
@@ -15,20 +16,23 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from sluicegate.backends.base import BatchItem, Logits
+from sluicegate.backends.reference import ReferenceRunner
 
 
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from sluicegate.api.app import create_app
-    from sluicegate.backends.reference import ReferenceRunner
-    from sluicegate.config import Config, LimitsConfig
+    from sluicegate.config import Config, IdempotencyConfig, LimitsConfig, RateLimitConfig
 
     p = argparse.ArgumentParser(prog="refserver", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
@@ -38,12 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-body-bytes", type=int, default=LimitsConfig().max_body_bytes)
     p.add_argument("--database-url", default=None,
                    help="the store (keys, usage), migrated to head here; default: a private in-memory one")
+    p.add_argument("--redis-url", default=None, help="rate-limit buckets in Redis (as serve --redis-url)")
+    p.add_argument("--idempotency-ttl-hours", type=float, default=IdempotencyConfig().ttl_hours)
+    p.add_argument("--step-delay-ms", type=float, default=0.0, help="sleep this long in every engine step")
+    p.add_argument("--eos-slope", type=float, default=0.02, help="0: generations run to their max_new_tokens")
     p.add_argument("--log-level", default="warning")
     args = p.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = Config(limits=LimitsConfig(max_body_bytes=args.max_body_bytes), host=args.host, port=args.port)
+    config = Config(limits=LimitsConfig(max_body_bytes=args.max_body_bytes),
+                    ratelimit=RateLimitConfig(redis_url=args.redis_url),
+                    idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours), host=args.host, port=args.port)
     store = None
     if args.database_url:
         from sluicegate.store.db import Store
@@ -51,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
 
         store = Store.open(args.database_url)
         upgrade_engine(store.engine)
-    app = create_app(config, lambda: ReferenceRunner(n_ctx=args.ctx, n_slots=args.slots), store=store)
+    delay = args.step_delay_ms / 1e3
+    app = create_app(config, lambda: DelayedRunner(delay, n_ctx=args.ctx, n_slots=args.slots,
+                                                   eos_slope=args.eos_slope), store=store)
     try:
         uvicorn.Server(
             uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
@@ -60,6 +72,19 @@ def main(argv: list[str] | None = None) -> int:
         if store is not None:
             store.close()
     return 0
+
+
+class DelayedRunner(ReferenceRunner):
+    """The reference model, `delay_s` slower per engine step (a generation long enough to overlap others)."""
+
+    def __init__(self, delay_s: float, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.delay_s = delay_s
+
+    def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return super().execute(batch)
 
 
 def free_port() -> int:

@@ -62,6 +62,15 @@ def json_reply(payload: BaseModel, ctx: RequestContext) -> Response:
     return Response(body, media_type="application/json")
 
 
+def idempotency_doc() -> dict[str, Any]:
+    """OpenAPI `parameters` for the optional Idempotency-Key header of a route that creates work."""
+    return {"parameters": [{
+        "name": "Idempotency-Key", "in": "header", "required": False,
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+        "description": "replays the first answer to a retry with the same key (24 h); docs/idempotency.md",
+    }]}
+
+
 def error_responses(*types: str) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` for the envelope under each status these error types use."""
     from sluicegate.protocol.common import ErrorEnvelope
@@ -73,4 +82,4 @@ def error_responses(*types: str) -> dict[int | str, dict[str, Any]]:
     return out
 
 
-__all__ = ["envelope", "error_responses", "json_reply", "read_request", "require_json"]
+__all__ = ["envelope", "error_responses", "idempotency_doc", "json_reply", "read_request", "require_json"]

@@ -15,11 +15,12 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ValidationError
 
 from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
+from sluicegate.api.idempotency import Held, begin, idempotency_key
 from sluicegate.api.jsonbody import parse_json
 from sluicegate.api.metering import from_runs
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_envelope, openai_error_response
-from sluicegate.api.routes.common import json_reply, refuse_query, require_json
+from sluicegate.api.routes.common import idempotency_doc, json_reply, refuse_query, require_json
 from sluicegate.api.sse import sse_response
 from sluicegate.api.state import app_state
 from sluicegate.api.validation import error_from_details
@@ -81,6 +82,7 @@ def _errors() -> dict[int | str, dict[str, Any]]:
         for status, text in (
             (400, "invalid_request_error (our kind in `code`)"),
             (404, "model_not_found"),
+            (409, "idempotency_key_in_use: the first request with this Idempotency-Key is still running"),
             (413, "body_too_large"),
             (415, "unsupported_media_type"),
             (500, "internal_error"),
@@ -110,7 +112,7 @@ _STREAM_DOC = {
     "/v1/chat/completions",
     response_model=ChatCompletion,
     summary="OpenAI-compatible chat completion",
-    openapi_extra={**_body("ChatCompletionRequest"), "responses": _STREAM_DOC},
+    openapi_extra={**_body("ChatCompletionRequest"), "responses": _STREAM_DOC, **idempotency_doc()},
     responses=_errors(),
 )
 async def chat_completions(request: Request) -> Response:
@@ -121,7 +123,7 @@ async def chat_completions(request: Request) -> Response:
     "/v1/completions",
     response_model=Completion,
     summary="OpenAI-compatible text completion",
-    openapi_extra={**_body("CompletionRequest"), "responses": _STREAM_DOC},
+    openapi_extra={**_body("CompletionRequest"), "responses": _STREAM_DOC, **idempotency_doc()},
     responses=_errors(),
 )
 async def text_completions(request: Request) -> Response:
@@ -135,29 +137,50 @@ async def _serve(
     surface: ModuleType,  # serving.openai_chat or serving.openai_completions: prepare, stream, complete
 ) -> Response:
     """Read, plan and start the runs, then stream them as SSE or answer once (chat and completions alike).
-    The runs end with the response whatever happens: `close` aborts what a gone client left running."""
+    The runs end with the response whatever happens: `close` aborts what a gone client left running. With an
+    Idempotency-Key the work runs to its end whatever the client does, and its answer is stored
+    (api/idempotency.py)."""
     ctx = context_of(request.scope)
+    held: Held | None = None
     try:
+        key = idempotency_key(request)
         req = await read_openai(request, schema, refuse)
         model = app_state(request).served()
-        plan = await surface.prepare(model, req, ctx)  # started: the runs are in the engine
+        if key is not None:
+            begun = await begin(request, key, req)
+            if isinstance(begun, Response):
+                return begun
+            held = begun
+            plan = await held.start(lambda: surface.prepare(model, req, ctx))
+        else:
+            plan = await surface.prepare(model, req, ctx)  # started: the runs are in the engine
         ctx.meter = lambda: from_runs(plan.runs)  # read when the response has ended: streams and disconnects too
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
     if getattr(req, "stream", False):
         stream = surface.stream(model, plan, ctx)
+        if held is not None:
+            return held.stream(stream, openai_envelope)
         return sse_response(
             stream, request_id=ctx.request_id, render_error=openai_envelope, on_close=plan.runs.close
         )
+
+    async def finish() -> Response:
+        try:
+            return json_reply(await surface.complete(model, plan, ctx), ctx)
+        finally:
+            plan.runs.close()
+
+    if held is not None:
+        return await held.answer(request.receive, finish(), openai_error_response)
     try:
-        result = await unless_disconnected(request.receive, surface.complete(model, plan, ctx))
+        return await unless_disconnected(request.receive, finish())
     except ClientDisconnected:
         return Response(status_code=499)
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
     finally:
         plan.runs.close()
-    return json_reply(result, ctx)
 
 
 def _model_object(request: Request, requested: str | None) -> OpenAIModel:

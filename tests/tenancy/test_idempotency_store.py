@@ -1,0 +1,181 @@
+"""Idempotency keys in the store, on SQLite and Postgres: claim, replay, mismatch, release, leases taken over,
+expiry and pruning on a fake clock, and many threads claiming one key at once (the unique constraint decides)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import func, select
+
+from sluicegate.store.db import Store
+from sluicegate.store.models import IdempotencyRecord
+from sluicegate.tenancy.idempotency import IdempotencyStore, Outcome, StoredAnswer
+
+ANSWER = StoredAnswer(200, {"content-type": "application/json"}, b'{"text": "hi"}')
+TTL_S = 3600.0
+LEASE_S = 60.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += dt.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    s = Store.open(db_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def idem(store: Store, clock: Clock) -> Iterator[IdempotencyStore]:
+    i = IdempotencyStore(store, ttl_s=TTL_S, lease_s=LEASE_S, clock=clock)
+    yield i
+    i.close()
+
+
+def rows(store: Store) -> int:
+    with store.session() as s:
+        return int(s.execute(select(func.count()).select_from(IdempotencyRecord)).scalar_one())
+
+
+def test_claim_then_in_use_then_replay(idem: IdempotencyStore) -> None:
+    first = idem.claim("key_a", "k1", "/v1/generate", "fp1")
+    assert first.outcome is Outcome.CLAIMED and first.owner and idem.held == 1
+    assert idem.claim("key_a", "k1", "/v1/generate", "fp1").outcome is Outcome.IN_USE
+    assert idem.claim("key_a", "k1", "/v1/generate", "fp2").outcome is Outcome.MISMATCH  # even while running
+    assert idem.complete("key_a", "k1", first.owner, ANSWER)
+    assert idem.held == 0
+    again = idem.claim("key_a", "k1", "/v1/generate", "fp1")
+    assert again.outcome is Outcome.REPLAY and again.answer == ANSWER
+    assert idem.claim("key_a", "k1", "/v1/generate", "fp2").outcome is Outcome.MISMATCH
+    assert idem.claim("key_b", "k1", "/v1/generate", "fp2").outcome is Outcome.CLAIMED  # another API key's scope
+    assert idem.claim("", "k1", "/v1/generate", "fp1").outcome is Outcome.CLAIMED  # the auth-off scope
+
+
+def test_a_remembered_answer_is_replayed_here_before_it_is_written(idem: IdempotencyStore, store: Store,
+                                                                  clock: Clock) -> None:
+    claim = idem.claim("s", "k", "/v1/generate", "fp")
+    idem.remember("s", "k", "fp", ANSWER)
+    got = idem.claim("s", "k", "/v1/generate", "fp")
+    assert got.outcome is Outcome.REPLAY and got.answer == ANSWER  # this process: from memory
+    assert idem.claim("s", "k", "/v1/generate", "other").outcome is Outcome.MISMATCH
+    elsewhere = IdempotencyStore(store, clock=clock)  # another replica on the same database: the claim is still running
+    try:
+        assert elsewhere.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+        assert idem.complete("s", "k", claim.owner, ANSWER)
+        assert elsewhere.claim("s", "k", "/v1/generate", "fp").answer == ANSWER
+    finally:
+        elsewhere.close()
+    assert idem.claim("s", "k", "/v1/generate", "fp").answer == ANSWER  # from the store now
+
+
+def test_release_frees_the_key_and_only_the_holder_acts(idem: IdempotencyStore, store: Store) -> None:
+    first = idem.claim("s", "k", "/v1/generate", "fp")
+    assert not idem.release("s", "k", "someone-else") and not idem.complete("s", "k", "someone-else", ANSWER)
+    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+    assert idem.release("s", "k", first.owner) and rows(store) == 0
+    second = idem.claim("s", "k", "/v1/generate", "fp-other")  # released: nothing remembered, any request runs
+    assert second.outcome is Outcome.CLAIMED
+    assert not idem.release("s", "k", first.owner)  # the first holder can no longer touch it
+    assert idem.complete("s", "k", second.owner, ANSWER)
+    assert not idem.release("s", "k", second.owner)  # an answer, once stored, stays until it expires
+
+
+def test_a_lapsed_lease_is_taken_over_by_the_same_request_only(idem: IdempotencyStore, clock: Clock) -> None:
+    dead = idem.claim("s", "k", "/v1/generate", "fp")
+    clock.advance(LEASE_S + 1)  # its process died: nobody renewed it
+    assert idem.claim("s", "k", "/v1/generate", "other").outcome is Outcome.MISMATCH
+    taken = idem.claim("s", "k", "/v1/generate", "fp")
+    assert taken.outcome is Outcome.CLAIMED and taken.owner != dead.owner
+    assert not idem.complete("s", "k", dead.owner, ANSWER)  # the old holder cannot overwrite the new work
+    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+    assert idem.complete("s", "k", taken.owner, ANSWER)
+
+
+def test_renewing_keeps_a_long_claim(idem: IdempotencyStore, clock: Clock) -> None:
+    claim = idem.claim("s", "k", "/v1/generate", "fp")
+    for _ in range(5):  # five leases long, renewed every half lease
+        clock.advance(LEASE_S / 2)
+        assert idem.renew() == 1
+        assert idem.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+    assert idem.complete("s", "k", claim.owner, ANSWER)
+    assert idem.renew() == 0
+
+
+def test_expired_keys_are_as_good_as_absent_and_pruned(idem: IdempotencyStore, store: Store, clock: Clock) -> None:
+    done = idem.claim("s", "old", "/v1/generate", "fp")
+    idem.complete("s", "old", done.owner, ANSWER)
+    clock.advance(TTL_S + 1)
+    fresh = idem.claim("s", "old", "/v1/generate", "another request")  # replaced in place
+    assert fresh.outcome is Outcome.CLAIMED
+    idem.release("s", "old", fresh.owner)
+    for i in range(25):
+        c = idem.claim("s", f"k{i}", "/v1/generate", "fp")
+        idem.complete("s", f"k{i}", c.owner, ANSWER)
+    clock.advance(TTL_S / 2)
+    kept = idem.claim("s", "young", "/v1/generate", "fp")
+    idem.complete("s", "young", kept.owner, ANSWER)
+    clock.advance(TTL_S / 2 + 1)
+    assert idem.prune(batch=10) == 25  # three batches of about ten
+    assert rows(store) == 1
+    assert idem.claim("s", "young", "/v1/generate", "fp").outcome is Outcome.REPLAY
+    assert idem.prune() == 0
+
+
+def _race(stores: list[Store], key: str) -> list[Outcome]:
+    barrier = threading.Barrier(len(stores))
+    outcomes: list[Outcome] = []
+
+    def claim(s: Store) -> None:
+        idem = IdempotencyStore(s)
+        try:
+            barrier.wait()
+            outcomes.append(idem.claim("s", key, "/v1/generate", "fp").outcome)
+        finally:
+            idem.close()
+
+    threads = [threading.Thread(target=claim, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return outcomes
+
+
+def test_many_claims_at_once_one_wins(db_url: str) -> None:
+    """Threads each with its own engine (as replicas are): exactly one claim lands, the rest see it running."""
+    stores = [Store.open(db_url) for _ in range(8)]
+    try:
+        for round_ in range(5):
+            outcomes = _race(stores, f"race-{round_}")
+            assert sorted(o.value for o in outcomes) == ["claimed"] + ["in_use"] * (len(stores) - 1)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_without_on_conflict_the_constraint_still_decides(idem: IdempotencyStore) -> None:
+    """A database without INSERT ... ON CONFLICT: the plain insert's IntegrityError says the key exists."""
+    idem._insert = None
+    first = idem.claim("s", "k", "/v1/generate", "fp")
+    assert first.outcome is Outcome.CLAIMED
+    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+    assert idem.claim("s", "k", "/v1/generate", "other").outcome is Outcome.MISMATCH
+    assert idem.complete("s", "k", first.owner, ANSWER)
+    assert idem.claim("s", "k", "/v1/generate", "fp").answer == ANSWER
