@@ -35,7 +35,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import free_port, fresh_data_dir, median, wait_ready  # noqa: E402
+from bench.common import free_port, fresh_data_dir, median, wait_ready, write_section  # noqa: E402
 from sluicegate.testing.refserver import running  # noqa: E402
 
 MIB = 1 << 20
@@ -205,18 +205,6 @@ def run(srv: Server, runs: int) -> list[str]:
     return [*lines, ""]
 
 
-def write_section(text: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = old.find(HEADING)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + len(HEADING))
-        new = old[:start] + text + ("" if nxt < 0 else old[nxt + 1 :])
-    path.write_text(new.rstrip("\n") + "\n")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=300)
@@ -245,7 +233,7 @@ def main() -> None:
     text = "\n".join(out)
     print(text)
     if args.write:
-        write_section(text)
+        write_section(HEADING, text)
 
 
 if __name__ == "__main__":

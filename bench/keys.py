@@ -34,6 +34,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import write_section  # noqa: E402
 from sluicegate.store.db import Store  # noqa: E402
 from sluicegate.store.migrate import upgrade  # noqa: E402
 from sluicegate.tenancy.key_cache import KeyCache  # noqa: E402
@@ -146,18 +147,6 @@ def row(label: str, xs: list[float], unit: str) -> str:
     return f"| {label} | {len(xs)} | {pct(xs, 0.5):.2f} | {pct(xs, 0.99):.2f} | {unit} |"
 
 
-def write_section(text: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    old = path.read_text()
-    start = old.find(HEADING)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + len(HEADING))
-        new = old[:start] + text + ("" if nxt < 0 else old[nxt + 1:])
-    path.write_text(new.rstrip("\n") + "\n")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=20000, help="cached lookups; a tenth as many socket requests")
@@ -196,7 +185,7 @@ def main() -> None:
     text = "\n".join([*lines, ""])
     print(text)
     if args.write:
-        write_section(text)
+        write_section(HEADING, text)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import write_section  # noqa: E402
 from bench.keys import PG_ADMIN, pct  # noqa: E402
 from sluicegate.store.db import Store  # noqa: E402
 from sluicegate.store.migrate import upgrade  # noqa: E402
@@ -221,18 +222,6 @@ def statement_rows(label: str, url: str, runs: int) -> list[str]:
     return rows
 
 
-def write_section(text: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    old = path.read_text()
-    start = old.find(HEADING)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + len(HEADING))
-        new = old[:start] + text + ("" if nxt < 0 else old[nxt + 1:])
-    path.write_text(new.rstrip("\n") + "\n")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2000, help="interleaved rounds per setup (after 50 warm-up)")
@@ -298,7 +287,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        write_section(text)
+        write_section(HEADING, text)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.api.envelope import INTERNAL
-from sluicegate.api.sse import DONE, HEADERS, HEARTBEAT, sse_stream
+from sluicegate.api.sse import DONE, HEADERS, HEARTBEAT, SSEResponse, sse_stream
 from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.detached")
@@ -148,7 +148,7 @@ class _Buffer:
             await self._changed.wait()
 
 
-class _DetachedStream(StreamingResponse):
+class _DetachedStream(SSEResponse):
     """Sends a buffer as it grows; when the response ends (the client left, or all was sent), it waits for
     the work to end before the request does (the module doc says why)."""
 
@@ -158,11 +158,8 @@ class _DetachedStream(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, send)  # closes the buffer's reader when it ends
         finally:
-            aclose = getattr(self.body_iterator, "aclose", None)
-            if aclose is not None:
-                await aclose()
             await asyncio.wait({self._work})  # never cancels it, never raises what it raised
 
 
