@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -29,6 +29,8 @@ from sluicegate.store.db import Store
 from sluicegate.store.migrate import upgrade
 from sluicegate.tenancy.keys import Scope, create_key, revoke_key
 from sluicegate.testing.refserver import RefServer, running
+from tests.api.auth_helpers import auth
+from tests.api.auth_helpers import poll_until as poll
 from tests.dbs import postgres_database, url_string
 from tests.ratelimit.conftest import REDIS_URL, redis_absent
 
@@ -70,20 +72,6 @@ def key(r: Replicas, *scopes: Scope, tpm: int | None = None, burst: int | None =
         poll(lambda s=s: httpx.get(s.url + "/v1/models", timeout=30).status_code == 401)
         poll(lambda s=s: httpx.get(s.url + "/v1/models", headers=auth(secret), timeout=30).status_code == 200)
     return record.id, secret
-
-
-def auth(secret: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {secret}"}
-
-
-def poll(check: Callable[[], bool], bound_s: float = 60.0) -> float:
-    """Seconds until `check()` holds; fails past a generous bound (a loaded machine is slow, not wrong)."""
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > bound_s:
-            raise AssertionError(f"not true after {bound_s}s")
-        time.sleep(0.005)
-    return time.monotonic() - start
 
 
 def test_one_rate_limit_across_two_replicas(replicas: Replicas) -> None:
