@@ -39,7 +39,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--ctx", type=int, default=2048, help="context window per request, in tokens")
     p.add_argument("--slots", type=int, default=16, help="sequences decoded together")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="most CPU threads for compute (default: the usable cores: affinity and cgroup quota)")
+    p.add_argument("--adaptive-threads", action=argparse.BooleanOptionalAction, default=True,
+                   help="use fewer threads while other processes hold cores (default: on; docs/engine.md)")
     p.add_argument("--flash-attn", action="store_true",
                    help="llama.cpp flash attention: faster decoding, but a request's tokens may then depend on "
                         "what else is batched with it (docs/engine.md)")
@@ -94,7 +97,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     config = Config(
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
-                          n_threads=args.threads, flash_attn=args.flash_attn),
+                          n_threads=args.threads, adaptive_threads=args.adaptive_threads,
+                          flash_attn=args.flash_attn),
         limits=limits_from_args(args),
         store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),
         auth=AuthConfig(insecure_no_auth=args.insecure_no_auth),
@@ -107,7 +111,8 @@ def serve(args: argparse.Namespace) -> int:
 
     def factory() -> LlamaCppRunner:
         return LlamaCppRunner(path, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch, n_threads=m.n_threads,
-                              name=m.name, version=m.version, flash_attn=m.flash_attn)
+                              name=m.name, version=m.version, flash_attn=m.flash_attn,
+                              adaptive_threads=m.adaptive_threads)
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store, refusal = cli_store.serve_store(args)

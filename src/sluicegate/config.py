@@ -16,7 +16,8 @@ class ModelConfig:
     n_ctx: int = 2048  # context window per request, in tokens (capped at the model's trained window)
     n_slots: int = 16  # sequences decoded together (each holds its own KV of n_ctx positions)
     n_batch: int = 512  # most tokens in one forward step
-    n_threads: int | None = None  # CPU threads; None: all cores
+    n_threads: int | None = None  # most CPU threads for compute; None: the usable cores (affinity, cgroup quota)
+    adaptive_threads: bool = True  # fewer threads while other processes hold cores (backends/cpu_threads.py)
     flash_attn: bool = False  # faster, but batched outputs may differ from solo ones (docs/engine.md)
 
 
