@@ -123,3 +123,17 @@ class IdempotencyRecord(Base):
     status: Mapped[int | None] = mapped_column(Integer)  # the stored answer's HTTP status; None: still running
     headers: Mapped[str | None] = mapped_column(Text)  # the stored answer's headers that matter, as JSON
     body: Mapped[bytes | None] = mapped_column(LargeBinary)  # the stored body (a stream: its SSE events)
+
+
+class PredictionRecord(Base):
+    """One stored prediction (`/v1/predictions`): the record as answered, retrievable by the key that made it."""
+
+    __tablename__ = "predictions"
+    __table_args__ = (Index("ix_predictions_key_id_created_at", "key_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # `pred_...`
+    key_id: Mapped[str] = mapped_column(String(32))  # the API key's id; "" while auth is off
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())  # list order (newest first), then id
+    model: Mapped[str] = mapped_column(String(300))  # `name@version` that answered
+    body: Mapped[str] = mapped_column(Text)  # the prediction record as JSON, exactly as first answered
+
