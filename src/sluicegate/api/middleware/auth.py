@@ -57,6 +57,7 @@ ROUTE_RULES: tuple[Rule, ...] = (
     Rule("/v1/batch-predictions", KeyScope.BATCH),
     Rule("/v1/files", KeyScope.BATCH),
     Rule("/v1/webhook-endpoints", KeyScope.BATCH),  # webhooks announce batch events
+    Rule("/v1/webhook-deliveries", KeyScope.BATCH),
     Rule("/metrics", KeyScope.METRICS),
     Rule("/v1/models", None),
     Rule("/v1/usage", None),
