@@ -146,9 +146,7 @@ class Webhooks:
         if code == 410:
             await asyncio.to_thread(db.record_attempt, self.store, c, status=db.FAILED, status_code=code,
                                     error="the receiver answered 410 Gone: endpoint disabled", duration_ms=ms,
-                                    retry_at=None)
-            await asyncio.to_thread(db.disable_endpoint, self.store, c.endpoint_id,
-                                    "the receiver answered 410 Gone")
+                                    retry_at=None, disable="the receiver answered 410 Gone")
             return
         if error is None:
             error = f"the receiver answered {code}" + (" (redirects are not followed)" if code and code < 400 else "")
