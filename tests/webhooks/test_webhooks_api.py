@@ -4,6 +4,7 @@ the pinned address with the Host header kept, and SSRF refusals."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -121,6 +122,26 @@ def test_the_checked_address_is_used_and_the_host_header_kept(db_url: str) -> No
         s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "b"}, subject="b")
         poll_until(lambda: rx.count() == 1)
         assert rx.got[0].headers["host"] == f"hooks.example.test:{port}"
+
+
+def test_the_address_is_checked_again_at_every_attempt(db_url: str) -> None:
+    """A name that resolved to an allowed address at registration and to another one later (DNS rebinding)
+    is refused at the attempt: nothing is sent, and the log says why."""
+    answers = {"hooks.example.test": "127.0.0.1"}
+
+    async def fake_dns(host: str, port: int) -> list[str]:
+        return [answers[host]]
+
+    with receiver(200) as rx, server(db_url, dataclasses.replace(FAST, max_attempts=2)) as (s, key, secret):
+        s.srv.state.webhooks.guard = Guard(FAST.allow_networks, fake_dns)
+        port = rx.url.rsplit(":", 1)[1]
+        assert register(s, secret, f"http://hooks.example.test:{port}/h").status_code == 201
+        answers["hooks.example.test"] = "10.9.8.7"  # now private, and not allow-listed
+        s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "b"}, subject="rebind")
+        poll_until(lambda: settled(s, secret, "rebind") is not None)
+        row = settled(s, secret, "rebind")
+        assert row is not None and row["status"] == "failed" and rx.count() == 0
+        assert all("non-public" in a["error"] and a["status_code"] is None for a in row["log"])
 
 
 @pytest.mark.parametrize(("url", "code"), [
