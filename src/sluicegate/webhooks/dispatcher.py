@@ -138,6 +138,9 @@ class Webhooks:
             error = "timed out"
         except httpx.HTTPError as exc:
             error = f"could not connect ({type(exc).__name__})"
+        except Exception:  # a bug, or a URL httpx will not send: record it, never leave the row leased forever
+            log.exception("webhook delivery %d failed unexpectedly", c.id)
+            error = "internal error; the server log has the detail"
         ms = (time.perf_counter() - t0) * 1e3
         if code is not None and 200 <= code < 300:
             await asyncio.to_thread(db.record_attempt, self.store, c, status=db.DELIVERED, status_code=code,
