@@ -37,7 +37,8 @@ def register(s: Served, secret: str, url: str, types: list[str] | None = None) -
 
 
 def log_of(s: Served, secret: str, subject: str) -> list[dict[str, Any]]:
-    r = httpx.get(f"{s.url}/v1/webhook-deliveries", params={"subject": subject}, headers=auth(secret), timeout=30)
+    r = httpx.get(f"{s.url}/v1/webhook-deliveries", params={"subject": subject, "limit": 100}, headers=auth(secret),
+                  timeout=30)
     assert r.status_code == 200, r.text
     data: list[dict[str, Any]] = r.json()["data"]
     return data
@@ -186,3 +187,15 @@ def test_delete_scope_limits_and_validation(db_url: str) -> None:
         assert httpx.delete(gone, headers=auth(secret), timeout=30).status_code == 404
         listed = httpx.get(f"{s.url}/v1/webhook-endpoints", headers=auth(secret), timeout=30).json()["data"]
         assert len(listed) == 1 and "secret" in json.dumps(listed) and listed[0]["secret"] is None
+
+
+def test_two_replicas_send_each_attempt_once(db_url: str) -> None:
+    """Two servers on one database both run a dispatcher; every event reaches the receiver exactly once."""
+    with receiver(200) as rx, server(db_url) as (s, key, secret), served(db_url, Config(webhooks=FAST)) as s2:
+        register(s, secret, rx.url + "/both")
+        events = [f"evt_r{i}" for i in range(20)]
+        for i, ev in enumerate(events):  # half queued through each replica
+            (s if i % 2 else s2).srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": ev}, subject="two",
+                                                            event_id=ev)
+        poll_until(lambda: sum(d["status"] == "delivered" for d in log_of(s, secret, "two")) == len(events))
+        assert sorted(g.headers["webhook-id"] for g in rx.got) == sorted(events)
