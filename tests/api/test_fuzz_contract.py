@@ -1,0 +1,167 @@
+"""schemathesis against the served OpenAPI document: the server accepts what the document says, and refuses
+what it does not (docs/versioning.md, "The document is fuzzed").
+
+Bounded and deterministic, so it runs in every `make test`: a few hundred generated requests
+(`derandomize=True`, no example database), on the reference backend over a real socket, with an API key of
+every scope (so the declared security is enforced, not off for want of keys).
+
+Positive cases come from the document plus what a config-independent document cannot know about one server:
+the model it serves (its name, its vocabulary of 258 ids) and a cost cap (at most 4 new tokens, small `n`).
+Negative cases come from the document as served, so a request outside it must be refused (413 counts as a
+refusal). Every schema-valid request must then be accepted, except the refusals the document's descriptions
+name as rules JSON Schema cannot state, each excluded below by name and by the server's error `code`:
+`EXCLUDED` lists them. A whole-number float for an integer (`8.0`) is the one type rule among them: the case
+is checked to be refused as `wrong_type` at exactly such a value, then sent again with integers and must pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import Case, GenerationMode
+from schemathesis.config._checks import NegativeDataRejectionConfig
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from sluicegate.contract.snapshot import served_document
+from sluicegate.store.migrate import upgrade
+from sluicegate.tenancy.keys import Scope
+from tests.api.auth_helpers import Served, auth, served
+from tests.dbs import sqlite_url
+
+MODEL = "reference"
+VOCAB_ID = "^(0|[1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-7])$"  # the reference model's token ids, 0..257
+MAX_NEW = 4
+POSITIVE_EXAMPLES = {"POST": 40, "GET": 10}
+NEGATIVE_EXAMPLES = {"POST": 25, "GET": 10}
+
+# Refusals of schema-valid requests that the document names as rules JSON Schema cannot state (see each request
+# schema's description): error `code` -> why it cannot be a schema keyword.
+EXCLUDED: dict[str, str] = {
+    "wrong_type": "whole_number_float: `8.0` for an integer is refused on purpose; JSON Schema counts it as one",
+    "unknown_function": "a named tool_choice must name one of `tools`: a reference between two fields",
+    "duplicate_function": "tool names must be unique: uniqueItems compares whole items, not one field",
+    "unsupported_value": "the last message must not be the assistant's: JSON Schema cannot address the last item",
+    "unsupported_schema": "the JSON Schema subset the grammar engine enforces is not itself a JSON Schema",
+}
+
+
+def _bounded(doc: dict[str, Any]) -> dict[str, Any]:
+    """The served document plus the served model's facts and the test's cost cap (positive cases only)."""
+    doc = copy.deepcopy(doc)
+    s = doc["components"]["schemas"]
+    for name in ("GenerateRequest", "ChatCompletionRequest", "CompletionRequest"):
+        s[name]["properties"]["model"] = {"const": MODEL}
+    s["GenerateRequest"]["properties"]["max_new_tokens"]["maximum"] = MAX_NEW
+    chat, text = s["ChatCompletionRequest"]["properties"], s["CompletionRequest"]["properties"]
+    for field in ("max_tokens", "max_completion_tokens"):
+        chat[field]["anyOf"][0]["maximum"] = MAX_NEW
+    text["max_tokens"]["maximum"] = MAX_NEW
+    text["suffix"] = {"type": "null"}  # the reference model has no fill-in-the-middle tokens
+    chat["n"]["maximum"] = text["n"]["maximum"] = 2
+    chat["messages"]["maxItems"] = 4
+    for props in (chat, text):
+        props["logit_bias"]["anyOf"][0]["propertyNames"] = {"pattern": VOCAB_ID}
+    for branch in text["prompt"]["anyOf"]:  # token ids below the vocabulary; at most 4 prompts (x n=2)
+        if branch.get("type") == "array":
+            branch["maxItems"] = 4
+            items = branch["items"]
+            target = items["items"] if items.get("type") == "array" else items
+            if target.get("type") == "integer":
+                target["maximum"] = 257
+    return doc
+
+
+def _operations(doc: dict[str, Any], mode: GenerationMode) -> list[tuple[str, Any]]:
+    schema = schemathesis.openapi.from_dict(doc)
+    schema.config.generation.update(with_security_parameters=False)  # the fixture's key authenticates every case
+    schema.config.checks.negative_data_rejection = NegativeDataRejectionConfig(
+        expected_statuses=[*schema.config.checks.negative_data_rejection.expected_statuses, "413"])
+    return [(f"{mode.value} {r.ok().label}", r.ok()) for r in schema.get_all_operations()]
+
+
+SERVED = served_document()
+CASES = [*_operations(_bounded(SERVED), GenerationMode.POSITIVE), *_operations(SERVED, GenerationMode.NEGATIVE)]
+_keys = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, dict[str, str]]]:
+    url = sqlite_url(Path(tmp_path_factory.mktemp("fuzz")))
+    upgrade(url)
+    with served(url) as s:
+        _, secret = s.key(Scope.GENERATE, Scope.BATCH, Scope.METRICS, Scope.ADMIN)
+        yield s, auth(secret)
+
+
+def _integral_floats_to_ints(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral_floats_to_ints(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _integral_floats_to_ints(v) for k, v in value.items()}
+    return value
+
+
+def _has_whole_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, list | dict):
+        return any(_has_whole_float(v) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+def _at(body: Any, param: str) -> Any:
+    """The value at an error's `param` path (`messages[0].content`, `prompt[1][2]`) in the sent body."""
+    node = body
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", param):
+        node = node[name] if name else node[int(index)]
+    return node
+
+
+def _check(case: Case, url: str, headers: dict[str, str]) -> None:
+    positive = case.meta is not None and case.meta.generation.mode.is_positive
+    if positive and case.headers and "Idempotency-Key" in case.headers:
+        case.headers["Idempotency-Key"] = f"fuzz-{next(_keys)}"  # a fresh key: reuse is state, not schema
+    response = case.call(base_url=url, headers=headers)
+    case.validate_response(response, headers=headers, excluded_checks=[positive_data_acceptance])
+    if not positive or response.status_code not in (400, 413, 415, 422):
+        return
+    error = response.json()["error"]
+    code, sent = error.get("code"), case.body
+    assert code in EXCLUDED, f"a schema-valid request was refused: {error} for {json.dumps(sent)[:2000]}"
+    if code == "wrong_type":  # exactly the whole-number-float case, then the same request with integers
+        value = _at(sent, error["param"])
+        assert _has_whole_float(value), f"wrong_type where no whole-number float was sent: {error}"
+        case.body = _integral_floats_to_ints(sent)
+        _check(case, url, headers)
+
+
+@pytest.mark.parametrize(("label", "operation"), CASES, ids=[label for label, _ in CASES])
+def test_server_matches_its_document(label: str, operation: Any, server: tuple[Served, dict[str, str]]) -> None:
+    s, headers = server
+    mode = GenerationMode.POSITIVE if label.startswith("positive") else GenerationMode.NEGATIVE
+    method = label.split()[1]
+    examples = (POSITIVE_EXAMPLES if mode.is_positive else NEGATIVE_EXAMPLES)[method]
+
+    @settings(max_examples=examples, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(operation.as_strategy(mode))
+    def run(case: Case) -> None:
+        _check(case, s.url, headers)
+
+    try:
+        run()
+    except Unsatisfiable:
+        assert mode.is_negative, "no schema-valid request could be generated"
+        pytest.skip("the operation takes no input that could be made invalid")
