@@ -17,7 +17,7 @@ from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
-from sluicegate.api.middleware.trusted_host import HostRule, TrustedHostMiddleware
+from sluicegate.api.middleware.trusted_host import HostRule, TrustedHostMiddleware, document_trusted_host
 from sluicegate.api.routes import generate, health, metrics, openai, usage
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.config import Config
@@ -70,6 +70,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
                 schemas.update(schema.pop("$defs", {}))
                 schemas[model.__name__] = schema
             document_auth(doc)
+            document_trusted_host(doc)
             app.openapi_schema = doc
         return app.openapi_schema
 

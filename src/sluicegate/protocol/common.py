@@ -16,9 +16,11 @@ class StrictModel(BaseModel):
 
 WHOLE_NUMBER_RULE = (
     "Integer fields take JSON integers only: a number with a fraction part written, such as `8.0`, is refused "
-    "(`wrong_type`) although JSON Schema counts it as an integer; this schema cannot say so (docs/errors.md)."
+    "(`wrong_type`) although JSON Schema counts it as an integer. Numbers are I-JSON anywhere in the body, "
+    "free-form objects included: an integer of more than 64 digits is refused (`number_out_of_range`). This "
+    "schema cannot say either (docs/errors.md)."
 )
-"""Part of every request schema's description: the one type rule JSON Schema has no keyword for."""
+"""Part of every request schema's description: the number rules JSON Schema has no keyword for."""
 
 
 def present(name: str, schema: JsonDict) -> JsonDict:

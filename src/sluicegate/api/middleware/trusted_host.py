@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -24,7 +25,10 @@ from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.serving.errors import ApiError
 
-__all__ = ["LOOPBACK_HOSTS", "HostRule", "TrustedHostMiddleware", "host_name", "is_loopback", "parse_pattern"]
+__all__ = [
+    "LOOPBACK_HOSTS", "HostRule", "TrustedHostMiddleware", "document_trusted_host", "host_name", "is_loopback",
+    "parse_pattern",
+]
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 _WILDCARD_BINDS = ("", "0.0.0.0", "::", "[::]", "*")
@@ -133,6 +137,17 @@ def untrusted_host(rule: HostRule) -> ApiError:
         f"the Host header does not name a host this server serves (DNS rebinding protection); {how}",
         param="Host", code="untrusted_host",
     )
+
+
+def document_trusted_host(doc: dict[str, Any]) -> None:
+    """Every operation may answer 400 `untrusted_host` (the rule applies to every route): declare it where an
+    operation declares no 400 of its own (the OpenAI routes' 400 already carries the envelope)."""
+    envelope = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}}
+    for operations in doc.get("paths", {}).values():
+        for op in operations.values():
+            op.setdefault("responses", {}).setdefault("400", {
+                "description": "untrusted_host: the Host header names a host this server does not serve",
+                "content": envelope})
 
 
 class TrustedHostMiddleware:
