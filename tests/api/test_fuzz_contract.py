@@ -1,17 +1,18 @@
 """schemathesis against the served OpenAPI document: the server accepts what the document says, and refuses
 what it does not (docs/versioning.md, "The document is fuzzed").
 
-Bounded and deterministic, so it runs in every `make test`: a few hundred generated requests
-(`derandomize=True`, no example database), on the reference backend over a real socket, with an API key of
-every scope (so the declared security is enforced, not off for want of keys).
+Bounded and deterministic, so it runs in every `make test`: about 250 generated requests (a fixed seed, no
+example database), on the reference backend over a real socket, with an API key of every scope (so the declared
+security is enforced, not off for want of keys).
 
 Positive cases come from the document plus what a config-independent document cannot know about one server:
 the model it serves (its name, its vocabulary of 258 ids) and a cost cap (at most 4 new tokens, small `n`).
 Negative cases come from the document as served, so a request outside it must be refused (413 counts as a
 refusal). Every schema-valid request must then be accepted, except the refusals the document's descriptions
 name as rules JSON Schema cannot state, each excluded below by name and by the server's error `code`:
-`EXCLUDED` lists them. A whole-number float for an integer (`8.0`) is the one type rule among them: the case
-is checked to be refused as `wrong_type` at exactly such a value, then sent again with integers and must pass.
+`EXCLUDED` lists them. Two are number rules: a whole-number float for an integer (`8.0`, `wrong_type`) and an
+integer of over 64 digits (I-JSON); such a case is checked to be refused for exactly that, then sent again with
+plain integers and must pass.
 """
 
 from __future__ import annotations
@@ -46,15 +47,15 @@ POSITIVE_EXAMPLES = {"POST": 40, "GET": 10}
 NEGATIVE_EXAMPLES = {"POST": 25, "GET": 10}
 
 # Refusals of schema-valid requests that the document names as rules JSON Schema cannot state (see each request
-# schema's description): error `code` -> why it cannot be a schema keyword.
-EXCLUDED: dict[str, str] = {
-    "wrong_type": "whole_number_float: `8.0` for an integer is refused on purpose; JSON Schema counts it as one",
-    "number_out_of_range": "huge_integer: I-JSON numbers only (docs/errors.md), anywhere, free-form objects too",
-    "invalid_json": "huge_integer, as the OpenAI routes spell it (their `code` is our type)",
-    "unknown_function": "a named tool_choice must name one of `tools`: a reference between two fields",
-    "duplicate_function": "tool names must be unique: uniqueItems compares whole items, not one field",
-    "unsupported_value": "the last message must not be the assistant's: JSON Schema cannot address the last item",
-    "unsupported_schema": "the JSON Schema subset the grammar engine enforces is not itself a JSON Schema",
+# schema's description): error `code` -> (the `param` it must name, or None: checked otherwise; the rule).
+EXCLUDED: dict[str, tuple[str | None, str]] = {
+    "wrong_type": (None, "whole_number_float: `8.0` for an integer is refused; JSON Schema counts it as one"),
+    "number_out_of_range": (None, "huge_integer: I-JSON numbers only, anywhere, free-form objects included"),
+    "invalid_json": (None, "huge_integer, as the OpenAI routes spell it (their `code` is our type)"),
+    "unknown_function": ("tool_choice.function.name", "a named tool_choice must be one of `tools`: a reference"),
+    "duplicate_function": ("tools", "unique tool names: uniqueItems compares whole items, not one field"),
+    "unsupported_value": ("messages", "the last message must not be the assistant's: no keyword for the last item"),
+    "unsupported_schema": (None, "the JSON Schema subset the grammar engine enforces is not itself a JSON Schema"),
 }
 
 
@@ -148,6 +149,8 @@ def _check(case: Case, url: str, headers: dict[str, str]) -> None:
     error = response.json()["error"]
     code, sent = error.get("code"), case.body
     assert code in EXCLUDED, f"a schema-valid request was refused: {error} for {json.dumps(sent)[:2000]}"
+    param, rule = EXCLUDED[code]
+    assert param is None or error["param"] == param, f"{error} is not the excluded rule: {rule}"
     # The two number rules: the case must be refused for exactly that, and pass once the numbers are plain.
     if code == "wrong_type":
         assert _has(_at(sent, error["param"]), _whole_float), f"wrong_type, yet no whole-number float: {error}"
