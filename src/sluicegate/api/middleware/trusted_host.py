@@ -103,7 +103,8 @@ def parse_pattern(text: str) -> str:
 class HostRule:
     """Which Host header names are served: `allowed` None means any."""
 
-    def __init__(self, allowed: Iterable[str] | None) -> None:
+    def __init__(self, allowed: Iterable[str] | None, *, loopback_default: bool = False) -> None:
+        self.loopback_default = loopback_default  # the list is the loopback bind's default, not --allowed-hosts
         self.allowed = None if allowed is None else tuple(dict.fromkeys(parse_pattern(p) for p in allowed))
         if self.allowed is not None and "*" in self.allowed:
             self.allowed = None
@@ -117,7 +118,7 @@ class HostRule:
         if allowed is not None:
             return cls(allowed)
         if bind_host.strip() not in _WILDCARD_BINDS and is_loopback(bind_host):
-            return cls([*LOOPBACK_HOSTS, bind_host])
+            return cls([*LOOPBACK_HOSTS, bind_host], loopback_default=True)
         return cls(None)
 
     def accepts(self, name: str | None) -> bool:
@@ -129,9 +130,8 @@ class HostRule:
 
 
 def untrusted_host(rule: HostRule) -> ApiError:
-    loopback_only = rule.allowed is not None and all(is_loopback(p) for p in rule.allowed)
     how = ("address it as localhost, 127.0.0.1 or [::1], or start it with --allowed-hosts NAME"
-           if loopback_only else "the allowed names are set with --allowed-hosts")
+           if rule.loopback_default else "the names it serves are set with --allowed-hosts")
     return ApiError(
         "untrusted_host",
         f"the Host header does not name a host this server serves (DNS rebinding protection); {how}",
