@@ -179,3 +179,15 @@ def test_server_matches_its_document(label: str, operation: Any, server: tuple[S
         _check(case, s.url, headers)
 
     run()
+
+
+def test_every_exclusion_is_named_in_the_document() -> None:
+    """An excluded refusal must be one the document itself announces: its `code` appears in a request schema's
+    description (`invalid_json` is the OpenAI routes' spelling of `number_out_of_range`)."""
+    schemas = SERVED["components"]["schemas"]
+    described = " ".join(schemas[n]["description"] for n in ("GenerateRequest", "ChatCompletionRequest",
+                                                                "CompletionRequest"))
+    for code in EXCLUDED:
+        assert f"`{'number_out_of_range' if code == 'invalid_json' else code}`" in described, code
+    for name in ("GenerateRequest", "ChatCompletionRequest", "CompletionRequest"):
+        assert "`8.0`" in schemas[name]["description"], name
