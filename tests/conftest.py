@@ -18,7 +18,8 @@ from tests.dbs import BACKENDS, postgres_database, sqlite_url, truncate, url_str
 
 def make_client(config: Config | None = None, factory: Callable[[], ReferenceRunner] | None = None) -> TestClient:
     app = create_app(config or Config(), factory or (lambda: ReferenceRunner(n_ctx=512, n_slots=8)))
-    return TestClient(app, raise_server_exceptions=False)
+    # 127.0.0.1, not TestClient's `testserver`: the default config binds loopback, which serves loopback names only
+    return TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
 
 
 def wait_ready(client: TestClient, timeout: float = 10.0) -> None:

@@ -31,6 +31,19 @@ def positive_hours(text: str) -> float:
     return value
 
 
+def host_list(text: str) -> list[str]:
+    """An argparse type: comma-separated host names, IP addresses, `*.domain` patterns or `*`."""
+    from sluicegate.api.middleware.trusted_host import parse_pattern
+
+    try:
+        hosts = [parse_pattern(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not hosts:
+        raise argparse.ArgumentTypeError("no host given (`*` serves any)")
+    return hosts
+
+
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="serve a GGUF model over HTTP")
     p.add_argument("--model", type=Path, default=None, help="GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
@@ -38,6 +51,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--model-version", default=None, help="served model version")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--allowed-hosts", type=host_list, action="extend", default=None, metavar="HOST[,HOST...]",
+                   help="Host header names served, comma-separated or repeated (`*.example.com`: its subdomains; "
+                        "`*`: any). Default: on a loopback --host only localhost, 127.0.0.1 and [::1] (DNS "
+                        "rebinding protection); on 0.0.0.0 or another address, any")
     p.add_argument("--ctx", type=int, default=2048, help="context window per request, in tokens")
     p.add_argument("--slots", type=int, default=16, help="sequences decoded together")
     p.add_argument("--threads", type=int, default=None,
@@ -142,6 +159,7 @@ def serve(args: argparse.Namespace) -> int:
         idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
         webhooks=webhooks_from_args(args),
         host=args.host, port=args.port,
+        allowed_hosts=None if args.allowed_hosts is None else tuple(args.allowed_hosts),
     )
     m = config.model
 

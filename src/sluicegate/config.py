@@ -108,4 +108,7 @@ class Config:
     jobs: JobsConfig = field(default_factory=JobsConfig)
     webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     host: str = "127.0.0.1"  # listen address
+    # Host header names served (`--allowed-hosts`; `*` any, `*.example.com` its subdomains); None: loopback
+    # names and addresses on a loopback bind, any host on a wildcard or other bind (DNS rebinding, docs/serving.md)
+    allowed_hosts: tuple[str, ...] | None = None
     port: int = 8000  # listen port

@@ -67,7 +67,7 @@ def test_chunked_100mb_gets_a_413_the_client_reads(server: RefServer) -> None:
 def test_the_413_comes_before_the_body_is_sent_and_the_send_is_not_reset(server: RefServer) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
         s.sendall(
-            b"POST /v1/generate HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"POST /v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % (20 * MIB)
         )
         early = s.recv(65536)  # answered at once: nothing of the body has been sent

@@ -242,6 +242,18 @@ def test_required_tool_call(client: TestClient) -> None:
         assert len(calls) == 1 and calls[0]["function"] == call["function"]
 
 
+def test_parallel_tool_calls_permits_and_never_requires_several_calls(client: TestClient) -> None:
+    """`true` (OpenAI's default) allows several calls; a choice here makes one, which satisfies it, so the answer
+    is the same as with `false` or without the field (as vLLM and OpenAI read it)."""
+    calls = [
+        chat(client, max_tokens=80, seed=3, tools=TOOLS, tool_choice="required", **extra).json()["choices"][0]
+        ["message"]["tool_calls"]
+        for extra in ({"parallel_tool_calls": True}, {"parallel_tool_calls": False}, {})
+    ]
+    assert len(calls[0]) == 1
+    assert calls[0][0]["function"] == calls[1][0]["function"] == calls[2][0]["function"]  # ids are per call
+
+
 def test_tool_choice_none_generates_text(client: TestClient) -> None:
     c = chat(client, max_tokens=4, seed=1, tools=TOOLS, tool_choice="none").json()["choices"][0]
     assert c["message"]["tool_calls"] is None and isinstance(c["message"]["content"], str)
@@ -334,11 +346,6 @@ def test_known_unsupported_parameters_are_refused_by_name(client: TestClient, na
         ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_field"),
         ({"tools": TOOLS}, "tool_choice", "unsupported_tool_choice"),
         ({"tools": TOOLS, "tool_choice": "auto"}, "tool_choice", "unsupported_tool_choice"),
-        (
-            {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": True},
-            "parallel_tool_calls",
-            "unsupported_value",
-        ),
         ({"tool_choice": "required"}, "tool_choice", "invalid_combination"),
         (
             {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},

@@ -205,7 +205,7 @@ def test_target_builds_nested_prompts_and_raw_members() -> None:
 def test_cli_against_the_in_process_app(capsys: pytest.CaptureFixture[str]) -> None:
     with make_client() as c:
         wait_ready(c)
-        rc = probe_main(["http://testserver", "--surface", "http", "--json"], client=c)
+        rc = probe_main(["http://127.0.0.1", "--surface", "http", "--json"], client=c)
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert out["totals"]["probes"] == len(all_probes(only=["http"]))

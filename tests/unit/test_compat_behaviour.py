@@ -51,6 +51,15 @@ def choice_model(reasons: tuple[str, ...] = ("stop", "length"), **more: Any) -> 
     return model("Choice", index=(int, Field(ge=0)), finish_reason=(Literal[reasons], ...), **more)
 
 
+STREAM_RULE = {"if": {"required": ["stream_options"], "properties": {"stream_options": {"type": "object"}}},
+               "then": {"required": ["stream"], "properties": {"stream": {"const": True}}}}
+
+
+def ruled(**fields: Any) -> type[BaseModel]:
+    """A request model whose schema carries STREAM_RULE in `allOf` (pydantic itself does not enforce it)."""
+    return create_model("Body", __config__=ConfigDict(json_schema_extra={"allOf": [STREAM_RULE]}), **fields)
+
+
 Text = model("Text", type=(Literal["text"], ...), text=(str, ...))
 Image = model("Image", type=(Literal["image"], ...), url=(str, ...))
 Audio = model("Audio", type=(Literal["audio"], ...), data=(str, ...))
@@ -175,6 +184,16 @@ CASES: list[Case] = [
          ({"kind": "leaf"},
           {"kind": "branch", "children": [{"kind": "leaf"}, {"kind": "branch", "children": []}]}),
          False, "enum_value_added"),
+    # ---- requests: cross-field rules and key patterns (compared whole)
+    Case("rule added", REQ, model(stream=(bool, False), stream_options=(dict[str, bool] | None, None)),
+         ruled(stream=(bool, False), stream_options=(dict[str, bool] | None, None)),
+         ({}, {"stream": True, "stream_options": {}}, {"stream_options": {}}), True, "rule_added"),
+    Case("rule removed", REQ, ruled(stream=(bool, False), stream_options=(dict[str, bool] | None, None)),
+         model(stream=(bool, False), stream_options=(dict[str, bool] | None, None)),
+         ({}, {"stream": True, "stream_options": {}}, {"stream_options": None}), False, "rule_removed"),
+    Case("propertyNames added", REQ, model(bias=(dict[str, float], {})),
+         model(bias=(dict[str, float], Field({}, json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}}))),
+         ({}, {"bias": {"12": 1.0}}, {"bias": {"x": 1.0}}), True, "propertyNames_added"),
     # ---- responses: values
     Case("finish_reason value added", RESP, model(finish_reason=(Literal["stop", "length"], ...)),
          model(finish_reason=(Literal["stop", "length", "eos"], ...)),

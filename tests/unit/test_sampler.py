@@ -60,6 +60,14 @@ def test_a_seeded_row_gives_the_same_token_alone_or_in_any_batch() -> None:
     assert together[-1] == 5
 
 
+def test_a_tiny_positive_temperature_is_near_greedy_and_never_fails_the_step() -> None:
+    """1/t overflowed float32 below t = 3e-39 (a schema-valid `temperature`, found by the fuzz test): the step
+    failed, and with it every sequence batched beside the request."""
+    x = logits(7, 3)
+    rows = [row(seed=1, temperature=t) for t in (2.5e-234, 5e-324, 1e-30)]
+    assert sample(x, rows)[0] == [int(np.argmax(x[i])) for i in range(3)]
+
+
 def test_seed_and_step_decide_the_draw() -> None:
     x = logits(2)[0]
     draws = [one(x, row(step=s, seed=9, temperature=1.0)) for s in range(40)]

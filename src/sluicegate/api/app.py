@@ -17,6 +17,7 @@ from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
+from sluicegate.api.middleware.trusted_host import HostRule, TrustedHostMiddleware, document_trusted_host
 from sluicegate.api.routes import generate, health, metrics, openai, predictions, usage, webhooks
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.config import Config
@@ -60,6 +61,9 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes)
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
     app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused
+    # Outside everything but the request context: a foreign Host (DNS rebinding) reaches no route, key check or
+    # limit, and its refusal still carries the request id.
+    app.add_middleware(TrustedHostMiddleware, rule=HostRule.for_bind(config.host, config.allowed_hosts))
     app.add_middleware(RequestContextMiddleware)  # added last: outermost, so every answer carries the id
 
     def openapi() -> dict[str, Any]:
@@ -71,6 +75,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
                 schemas.update(schema.pop("$defs", {}))
                 schemas[model.__name__] = schema
             document_auth(doc)
+            document_trusted_host(doc)
             app.openapi_schema = doc
         return app.openapi_schema
 

@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from sluicegate.contract.schema_walk import (
+    RULE_KEYWORDS,
     Bound,
     Node,
     Operation,
@@ -170,6 +171,28 @@ class _Differ:
         self._array(o, n, path)
         if "object" in (to, tn):
             self._object(o, n, path)
+        self._rules(so, sn, path)
+
+    def _rules(self, so: Schema, sn: Schema, path: str) -> None:
+        """Keywords compared whole, not reasoned about: `propertyNames` and the cross-field rules (`if`/`then`,
+        `not`, `dependent*`, and such rules listed in `allOf`). Each is one more condition on the document, so
+        adding one narrows, removing one widens, and changing one may do both."""
+        for kw in ("propertyNames", *RULE_KEYWORDS):
+            a, b = so.get(kw, _MISSING), sn.get(kw, _MISSING)
+            if canonical(None if a is _MISSING else a) == canonical(None if b is _MISSING else b):
+                continue
+            if a is _MISSING:
+                self.add(path, f"{kw}_added", "narrow", f"{kw} {canonical(b)} added")
+            elif b is _MISSING:
+                self.add(path, f"{kw}_removed", "widen", f"{kw} {canonical(a)} removed")
+            else:
+                self.add(path, f"{kw}_changed", "both", f"{kw} {canonical(a)} -> {canonical(b)}")
+        ro = {canonical(r): r for r in so.get("allOf") or []}
+        rn = {canonical(r): r for r in sn.get("allOf") or []}
+        for text in sorted(rn.keys() - ro.keys()):
+            self.add(path, "rule_added", "narrow", f"rule {text} added")
+        for text in sorted(ro.keys() - rn.keys()):
+            self.add(path, "rule_removed", "widen", f"rule {text} removed")
 
     def _enum(self, so: Schema, sn: Schema, path: str) -> None:
         eo, en = enum_values(so), enum_values(sn)

@@ -85,16 +85,30 @@ def deref(root: Any, value: Any, loc: str, depth: int = 0) -> Node:
         loc = f"{loc}->{target}" if siblings else target
         outer = {**siblings, **outer}
         schema, ref = as_schema(resolve_pointer(root, target)), target
-    if isinstance(schema.get("allOf"), list):
+    if isinstance(schema.get("allOf"), list) and any(not is_rule(p) for p in schema["allOf"]):
         merged: Schema = {k: v for k, v in schema.items() if k != "allOf"}
+        rules = [p for p in schema["allOf"] if is_rule(p)]
         for i, part in enumerate(schema["allOf"]):
+            if is_rule(part):
+                continue
             sub = deref(root, part, f"{loc}/allOf/{i}", depth + 1)
             ref = ref or sub.ref
             merged = _merge(sub.schema, merged)
+        if rules:
+            merged["allOf"] = rules
         schema, loc = merged, f"{loc}/allOf"
     if outer:
         schema = {**schema, **outer}
     return Node(schema, loc, ref)
+
+
+RULE_KEYWORDS = ("if", "then", "else", "not", "dependentRequired", "dependentSchemas")
+
+
+def is_rule(part: Any) -> bool:
+    """An `allOf` member that is a cross-field rule (`if`/`then`, `not`, `dependent*`), not a schema to fold:
+    it stays in `allOf`, and the differ compares such rules whole."""
+    return isinstance(part, dict) and bool(part) and all(k in RULE_KEYWORDS for k in part)
 
 
 def _merge(base: Schema, top: Schema) -> Schema:

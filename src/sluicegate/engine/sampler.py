@@ -65,6 +65,7 @@ def _log_softmax(x: F32) -> F32:
     return shifted - np.log(np.sum(np.exp(shifted)))  # type: ignore[no-any-return]
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
 _CUTOFF = 40.0  # a token less likely than e^-40 times the most likely one is never drawn (mass < 1e-12)
 
 
@@ -101,7 +102,11 @@ def _filtered(x: F32, p: SamplingParams) -> tuple[Ids, F32]:
         vals = x[cand]
         above = cand[vals > kth]
         cand = np.sort(np.concatenate((above, cand[vals == kth][: p.top_k - len(above)])))
-    probs = np.exp((x[cand] - np.float32(m)) * np.float32(1.0 / t))
+    if t * _F32_MAX > 1.0:
+        probs = np.exp((x[cand] - np.float32(m)) * np.float32(1.0 / t))
+    else:  # 1/t overflows float32 (t under 3e-39): divide instead, in float64; the best token keeps exp(0) = 1
+        with np.errstate(over="ignore"):
+            probs = np.exp((x[cand] - m).astype(np.float64) / t).astype(np.float32)
     if p.top_p < 1.0:
         total = float(probs.sum(dtype=np.float64))
         for size in (64, 1024, len(cand)):

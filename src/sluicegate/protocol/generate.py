@@ -4,12 +4,27 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from sluicegate.engine.types import SamplingParams
-from sluicegate.protocol.common import ModelInfo, ResponseModel, StageTiming, StopList, StrictModel, Usage
+from sluicegate.protocol.common import (
+    WHOLE_NUMBER_RULE,
+    ModelInfo,
+    ResponseModel,
+    StageTiming,
+    StopList,
+    StrictModel,
+    Usage,
+)
 
 MAX_SEED = 2**63 - 1
+
+
+GENERATE_DESCRIPTION = (
+    "Refused rules this schema cannot state: prompt plus `max_new_tokens` over the model's window "
+    "(`context_length_exceeded`), a prompt over the server's prompt-token limit (`prompt_too_long`), "
+    f"`max_new_tokens` over the server's limit (`out_of_range`). {WHOLE_NUMBER_RULE}"
+)
 
 
 class GenerateOptions(StrictModel):
@@ -46,6 +61,8 @@ class GenerateOptions(StrictModel):
 
 
 class GenerateRequest(GenerateOptions):
+    model_config = ConfigDict(json_schema_extra={"description": GENERATE_DESCRIPTION})
+
     prompt: str = Field(min_length=1, description="text to continue; control-token text is plain text unless "
                         "parse_special is true")
     model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")

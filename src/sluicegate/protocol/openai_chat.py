@@ -5,9 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict, JsonValue
 
-from sluicegate.protocol.common import ResponseModel, StrictModel
+from sluicegate.protocol.common import (
+    NOT_NULL,
+    NULL_OR_EMPTY,
+    WHOLE_NUMBER_RULE,
+    ResponseModel,
+    StrictModel,
+    present,
+    when,
+)
 from sluicegate.protocol.openai_common import (
     MAX_N,
     MAX_SEED,
@@ -129,12 +138,41 @@ class NamedToolChoice(StrictModel):
     function: NamedFunction
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+# "auto" is refused by name (chat_refusal says why), so the schema does not list it.
+ToolChoice = Literal["none", "required"] | NamedToolChoice
+_FORCED_CALL: JsonDict = {"anyOf": [{"const": "required"}, {"type": "object"}]}
+_JSON_FORMAT: JsonDict = {"type": "object", "properties": {"type": {"enum": ["json_object", "json_schema"]}}}
+
+# Combinations the server refuses (serving/openai_chat.py), stated where JSON Schema can state them.
+CHAT_RULES: list[JsonValue] = [
+    when(present("stream_options", {"type": "object"}), present("stream", {"const": True})),
+    when(present("top_logprobs", {"type": "integer"}), present("logprobs", {"const": True})),
+    when(present("max_tokens", {"type": "integer"}), {"properties": {"max_completion_tokens": {"type": "null"}}}),
+    when(present("tool_choice", NOT_NULL), present("tools", {"type": "array"})),
+    when(present("tools", {"type": "array"}), present("tool_choice", NOT_NULL)),
+    when(present("tool_choice", _FORCED_CALL), {"properties": {
+        "response_format": {"anyOf": [{"type": "null"}, {"properties": {"type": {"const": "text"}}}]},
+        "stop": NULL_OR_EMPTY}}),
+    when(present("response_format", _JSON_FORMAT), {"properties": {"stop": NULL_OR_EMPTY}}),
+]
+CHAT_DESCRIPTION = (
+    "Refused combinations this schema states (`allOf`): `stream_options` without `stream: true`; `top_logprobs` "
+    "without `logprobs: true`; both `max_tokens` and `max_completion_tokens`; `tool_choice` without `tools` and "
+    "`tools` without `tool_choice` ('auto', the default, is not supported); a forced call with JSON "
+    "`response_format`; `stop` with JSON output or a forced call. Refused rules it cannot state (400, `code` "
+    "names the rule): a named `tool_choice` not in `tools` (`unknown_function`); two tools with one name "
+    "(`duplicate_function`); a last message from the assistant (`unsupported_value`); a `parameters` or "
+    "`json_schema.schema` outside the subset the server enforces (`unsupported_schema`); `logit_bias` ids "
+    "outside the model's vocabulary (`invalid_token_id`); prompt plus new tokens over the model's window "
+    f"(`context_length_exceeded`). {WHOLE_NUMBER_RULE}"
+)
 
 # -- the request -------------------------------------------------------------------------------------------
 
 
 class ChatCompletionRequest(StrictModel):
+    model_config = ConfigDict(json_schema_extra={"description": CHAT_DESCRIPTION, "allOf": CHAT_RULES})
+
     model: str = Field(min_length=1, max_length=256, description="`name` or `name@version`")
     messages: Annotated[list[Message], Field(min_length=1, max_length=1024)]
     max_tokens: int | None = Field(None, ge=1, le=1 << 17, description="deprecated spelling of the next")
@@ -158,7 +196,9 @@ class ChatCompletionRequest(StrictModel):
     response_format: ResponseFormat | None = None
     tools: Annotated[list[Tool], Field(min_length=1, max_length=64)] | None = None
     tool_choice: ToolChoice | None = None
-    parallel_tool_calls: bool | None = Field(None, description="only false: at most one call per choice")
+    parallel_tool_calls: bool | None = Field(
+        None, description="true permits several calls, false at most one; a choice here makes at most one either way"
+    )
     user: str | None = Field(None, max_length=256, description="recorded with the request in the log")
     safety_identifier: str | None = Field(None, max_length=256, description="recorded like `user`")
 
@@ -277,13 +317,6 @@ def chat_refusal(body: Mapping[str, Any]) -> Refusal | None:
             "tool_choice 'auto' (the default with tools) is not supported: this server cannot tell a "
             "tool call from text without constraining the output; pass 'required', 'none', or "
             "{'type': 'function', 'function': {'name': ...}}",
-        )
-    if body.get("parallel_tool_calls") is True:
-        return Refusal(
-            "parallel_tool_calls",
-            "unsupported_value",
-            "parallel_tool_calls true is not supported: a choice makes at most one tool call; "
-            "omit it or pass false",
         )
     fmt = body.get("response_format")
     if isinstance(fmt, dict):

@@ -23,7 +23,11 @@ MAX_N = 8  # choices per request (n); documented in docs/openai.md
 
 StopField = Annotated[str, Field(min_length=1, max_length=64)]
 Stop = StopField | Annotated[list[StopField], Field(max_length=4)]
-LogitBias = Annotated[dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]], Field(max_length=1024)]
+# Keys are token ids written as decimal strings (serving/openai_common.py checks them against the vocabulary).
+LogitBias = Annotated[
+    dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]],
+    Field(max_length=1024, json_schema_extra={"propertyNames": {"pattern": "^[0-9]{1,9}$"}}),
+]
 
 
 @dataclass(frozen=True, slots=True)

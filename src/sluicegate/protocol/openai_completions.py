@@ -5,9 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
+from pydantic.config import JsonValue
 
-from sluicegate.protocol.common import ResponseModel, StrictModel
+from sluicegate.protocol.common import (
+    WHOLE_NUMBER_RULE,
+    ResponseModel,
+    StrictModel,
+    present,
+    when,
+)
 from sluicegate.protocol.openai_common import (
     MAX_N,
     MAX_SEED,
@@ -30,7 +37,24 @@ Prompt = (
 )
 
 
+# Combinations the server refuses (serving/openai_completions.py), stated where JSON Schema can state them.
+COMPLETION_RULES: list[JsonValue] = [
+    when(present("stream_options", {"type": "object"}), present("stream", {"const": True})),
+    when(present("echo", {"const": True}), {"properties": {"logprobs": {"type": "null"}, "suffix": {"type": "null"}}}),
+]
+COMPLETION_DESCRIPTION = (
+    "Refused combinations this schema states (`allOf`): `stream_options` without `stream: true`; `echo` with "
+    "`logprobs` or `suffix`. Refused rules it cannot state (400, `code` names the rule): more than 16 prompts "
+    "times `n` (`too_many_choices`); `suffix` on a model without fill-in-the-middle tokens "
+    "(`unsupported_parameter`); token ids or `logit_bias` ids outside the model's vocabulary "
+    "(`invalid_token_id`); prompt plus `max_tokens` over the model's window (`context_length_exceeded`). "
+    f"{WHOLE_NUMBER_RULE}"
+)
+
+
 class CompletionRequest(StrictModel):
+    model_config = ConfigDict(json_schema_extra={"description": COMPLETION_DESCRIPTION, "allOf": COMPLETION_RULES})
+
     model: str = Field(min_length=1, max_length=256, description="`name` or `name@version`")
     prompt: Prompt = Field(description="text, texts, token ids, or lists of token ids")
     max_tokens: int = Field(16, ge=1, le=1 << 17)

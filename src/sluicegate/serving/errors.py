@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 # type -> HTTP status
 STATUS: Mapping[str, int] = {
     "invalid_json": 400,
+    "untrusted_host": 400,
     "unsupported_media_type": 415,
     "body_too_large": 413,
     "authentication_required": 401,

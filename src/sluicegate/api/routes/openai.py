@@ -101,9 +101,19 @@ def _body(name: str) -> dict[str, Any]:
     }
 
 
+# One server-sent event (OpenAPI before 3.2 describes each event with `schema`, as parsed: its fields).
+_SSE_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "event": {"enum": ["message", "error"], "description": "`message` (the default, not sent), or `error` on "
+                  "a failure mid-stream: `data` is then the error envelope"},
+        "data": {"type": "string", "description": "a chunk as JSON, the error envelope, or `[DONE]` (always last)"},
+    },
+}
 _STREAM_DOC = {
     "200": {
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": _SSE_EVENT}},
         "description": "with stream: true, chunks as server-sent events, then `data: [DONE]`",
     }
 }
