@@ -72,6 +72,21 @@ class IdempotencyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsConfig:
+    """Batch jobs and their files, per API key (docs/jobs.md)."""
+
+    max_items_per_job: int = 50_000  # requests in one job (OpenAI's own limit)
+    max_file_bytes: int = 200 << 20  # one uploaded file or JSONL body, in bytes (OpenAI's: 200 MB)
+    max_concurrent_jobs: int = 10  # jobs of one key not yet finished
+    max_enqueued_tokens: int = 20_000_000  # estimated tokens of one key's unfinished jobs
+    worker_slots: int | None = None  # items one process runs at once; None: half the engine's slots (>= 1)
+    lease_s: float = 30.0  # an item's lease; renewed every third of it; a dead process's items free up after it
+    poll_s: float = 0.5  # how often an idle worker looks for items (a job created here wakes it at once)
+    file_ttl_hours: float | None = None  # uploaded files expire after this; None: kept until deleted
+    output_ttl_hours: float = 30 * 24.0  # a job's output and error files expire after this (OpenAI: 30 days)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -80,5 +95,6 @@ class Config:
     auth: AuthConfig = field(default_factory=AuthConfig)
     ratelimit: RateLimitConfig = field(default_factory=RateLimitConfig)
     idempotency: IdempotencyConfig = field(default_factory=IdempotencyConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
     host: str = "127.0.0.1"  # listen address
     port: int = 8000  # listen port

@@ -17,15 +17,16 @@ from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
-from sluicegate.api.routes import generate, health, metrics, openai, usage
+from sluicegate.api.routes import batch_predictions, batches, files, generate, health, metrics, openai, usage
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.config import Config
+from sluicegate.protocol.batches import BatchCreateRequest
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_completions import CompletionRequest
 from sluicegate.store.db import Store
 
-REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest]
+REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest, BatchCreateRequest]
 
 
 def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None) -> FastAPI:
@@ -52,7 +53,11 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(generate.router)
     app.include_router(openai.router)
     app.include_router(usage.router)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes)
+    app.include_router(files.router)
+    app.include_router(batches.router)
+    app.include_router(batch_predictions.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes,
+                       upload_bytes=config.jobs.max_file_bytes)
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
     app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused
     app.add_middleware(RequestContextMiddleware)  # added last: outermost, so every answer carries the id

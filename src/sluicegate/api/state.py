@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Gauge
 from starlette.requests import HTTPConnection
 
+from sluicegate.api.jobs_runtime import JobsRuntime
 from sluicegate.backends.base import ModelRunner
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
@@ -38,6 +39,7 @@ class AppState:
     limiter: RateLimiter = field(init=False)  # token buckets per key: in-process, or Redis (--redis-url)
     ledger: UsageLedger = field(init=False)
     idempotency: IdempotencyStore = field(init=False)  # Idempotency-Key claims and stored answers
+    batch: JobsRuntime = field(init=False)  # batch jobs and files; its worker starts once the model is loaded
     _maintenance: asyncio.Task[None] | None = None  # renews this process's claims, prunes expired keys
     model: ServedModel | None = None
     engine: Engine | None = None
@@ -53,6 +55,7 @@ class AppState:
         self.limiter = build_rate_limiter(self.config.ratelimit)  # opens no connection until first used
         idem = self.config.idempotency
         self.idempotency = IdempotencyStore(self.store, ttl_s=idem.ttl_hours * 3600, lease_s=idem.lease_s)
+        self.batch = JobsRuntime(self.config.jobs, self.store, self.ledger)
 
     def _key_cache(self) -> KeyCache:
         a = self.config.auth
@@ -90,6 +93,7 @@ class AppState:
         engine.start()
         self.engine = engine
         self.model = ServedModel(runner, AsyncEngine(engine), budget)
+        self.batch.start(self.served, runner.limits.n_slots)
         ident = runner.identity
         log.info(
             "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,
@@ -99,6 +103,7 @@ class AppState:
             log.warning("flash attention is on: a request's tokens may depend on what is batched with it")
 
     async def close(self) -> None:
+        await self.batch.stop()  # leases handed back before the engine stops
         if self.engine is not None:
             await asyncio.to_thread(self.engine.stop, drain_s=self.config.limits.drain_s)
             self.engine.close()  # frees the model only if no step can still be running

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sluicegate.protocol.openai_common import clean_loc
 from sluicegate.serving.errors import ApiError
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_.\[\]-]{1,64}$")
@@ -121,3 +122,18 @@ def error_from_details(details: Sequence[Mapping[str, Any]], *, strip: tuple[str
         more = len(errors) - 1
         message += f"; and {more} more problem{'s' if more > 1 else ''}"
     return ApiError("invalid_request", message, param=param, code=code)
+
+
+def openai_validation_error(exc: ValidationError, data: Any) -> ApiError:
+    """The shared validation message, located by the client's JSON path (without union-member names).
+
+    A union reports one error per member at the same place; the member that took the input's type (and
+    failed a bound) explains the problem, so it is kept and the type mismatches of the others are dropped.
+    """
+    best: dict[tuple[int | str, ...], dict[str, Any]] = {}
+    for e in exc.errors(include_url=False):
+        loc = clean_loc(tuple(e["loc"]), data, missing=e["type"] == "missing")
+        mismatch = e["type"].endswith("_type")
+        if loc not in best or (best[loc]["type"].endswith("_type") and not mismatch):
+            best[loc] = {**e, "loc": loc}
+    return error_from_details(list(best.values()))

@@ -1,0 +1,93 @@
+"""The batch system of one process: the job and file stores, and the worker once the model has loaded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sluicegate.api.batch_items import handlers
+from sluicegate.config import JobsConfig
+from sluicegate.jobs.files import FileStore
+from sluicegate.jobs.output import render_files
+from sluicegate.jobs.states import EVENTS
+from sluicegate.jobs.store import JobStore
+from sluicegate.jobs.worker import Outcome, Worker
+from sluicegate.serving.models import ServedModel
+from sluicegate.store.db import Store
+from sluicegate.store.models import BatchJob
+from sluicegate.tenancy.usage import UsageLedger
+
+log = logging.getLogger("sluicegate.jobs")
+PRUNE_EVERY_S = 600.0
+
+# (key id, event type, data): where a job's end is announced (webhooks, once registered)
+Emit = Callable[[str | None, str, dict[str, Any]], None]
+
+
+class JobsRuntime:
+    def __init__(self, config: JobsConfig, store: Store, ledger: UsageLedger) -> None:
+        self.config = config
+        self.jobs = JobStore(store)
+        self.files = FileStore(store)
+        self.ledger = ledger
+        self.worker: Worker | None = None
+        self.emit: Emit | None = None
+        self._prune: asyncio.Task[None] | None = None
+
+    def start(self, served: Callable[[], ServedModel], engine_slots: int) -> None:
+        """Start this process's worker (on the serving loop, once the model is loaded)."""
+        c = self.config
+        slots = c.worker_slots if c.worker_slots is not None else max(1, engine_slots // 2)
+        output_ttl = c.output_ttl_hours * 3600
+
+        def finalize(job: BatchJob) -> tuple[str | None, str | None]:
+            return render_files(self.jobs, self.files, job, output_ttl)
+
+        self.worker = Worker(self.jobs, handlers(served), slots=slots, lease_s=c.lease_s, poll_s=c.poll_s,
+                             finalizer=finalize, on_usage=self._usage, on_final=self._final)
+        self.worker.start()
+        self._prune = asyncio.create_task(self._prune_loop())
+
+    async def stop(self) -> None:
+        """Hand this process's leases back (SIGTERM, shutdown): before the engine stops."""
+        if self._prune is not None:
+            self._prune.cancel()
+            self._prune = None
+        if self.worker is not None:
+            await self.worker.stop()
+            self.worker = None
+
+    def wake(self) -> None:
+        if self.worker is not None:
+            self.worker.wake()
+
+    def cancelled(self, job_id: str) -> None:
+        if self.worker is not None:
+            self.worker.cancel_job(job_id)
+
+    def _usage(self, key_id: str | None, endpoint: str, outcome: Outcome, request_id: str) -> None:
+        route = "/v1/batch-predictions" if endpoint == "/v1/predictions" else "/v1/batches"
+        u = outcome.usage
+        self.ledger.record(key_id, route, u.prompt_tokens, u.cached_tokens, u.generated_tokens,
+                           outcome.status_code, request_id=request_id)
+
+    def _final(self, job: BatchJob, final: str) -> None:
+        event = EVENTS.get(final)
+        if event is None or self.emit is None:
+            return
+        try:
+            self.emit(job.key_id, event, {"id": job.id, "shape": job.shape})
+        except Exception:
+            log.exception("batch %s: announcing %s failed", job.id, event)
+
+    async def _prune_loop(self) -> None:
+        while True:
+            try:
+                n = await asyncio.to_thread(self.files.prune)
+                if n:
+                    log.info("deleted %d expired batch files", n)
+            except Exception:
+                log.exception("pruning expired batch files failed")
+            await asyncio.sleep(PRUNE_EVERY_S)

@@ -1,0 +1,267 @@
+"""Jobs and items in the store: creation, leases, results written once, cancellation, finalizing.
+
+Leasing takes the oldest open items (pending, or leased with an expired lease) in one statement that marks
+them leased by the caller until `lease_until`: on Postgres `UPDATE ... WHERE id IN (SELECT ... FOR UPDATE
+SKIP LOCKED)`, so replicas never wait on each other's rows and never take the same one; on SQLite the same
+UPDATE without the locking clause, which SQLite runs under its single database write lock (one writer at a
+time: the equivalent). A result is written by `finish_item` only where the row is still leased by the
+caller (a conditional UPDATE): a worker whose lease was taken over writes nothing, so each item's result is
+written exactly once (`result_writes` counts the writes, for the tests and for an operator).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, exists, func, insert, select, update
+
+from sluicegate.jobs import states as S
+from sluicegate.jobs.files import new_id, utcnow
+from sluicegate.store.db import Store
+from sluicegate.store.models import BatchItem, BatchJob
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    id: int
+    job_id: str
+    line: int
+    custom_id: str | None
+    body: str | None
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job and its items' counts by state."""
+
+    job: BatchJob
+    counts: dict[str, int]
+
+    @property
+    def done(self) -> int:
+        return self.counts.get(S.DONE, 0)
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get(S.ITEM_FAILED, 0)
+
+    @property
+    def finished(self) -> int:
+        return sum(n for s, n in self.counts.items() if s not in S.OPEN_ITEMS)
+
+
+def _owner_is(key_id: str | None) -> Any:
+    return BatchJob.key_id.is_(None) if key_id is None else BatchJob.key_id == key_id
+
+
+class JobStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- creation ----------------------------------------------------------------------------------------
+    def create(self, *, key_id: str | None, shape: str, endpoint: str, window_s: float, window: str,
+               input_file_id: str | None, meta: dict[str, Any] | None) -> str:
+        job_id = new_id("batch_")
+        now = utcnow()
+        with self.store.session() as s, s.begin():
+            s.execute(insert(BatchJob).values(
+                id=job_id, key_id=key_id, shape=shape, endpoint=endpoint, status=S.VALIDATING,
+                completion_window=window, input_file_id=input_file_id, meta=None if meta is None else json.dumps(meta),
+                total=0, est_tokens=0, created_at=now, expires_at=now + dt.timedelta(seconds=window_s)))
+        return job_id
+
+    def add_items(self, job_id: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert items: each {line, custom_id, body} (pending), or with `state` failed and its `result`."""
+        if not rows:
+            return
+        full = [{"job_id": job_id, "custom_id": None, "body": None, "state": S.PENDING, "status_code": None,
+                 "result": None, "attempts": 0, "result_writes": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                 "finished_at": None, **r} for r in rows]
+        with self.store.session() as s, s.begin():
+            s.execute(insert(BatchItem), full)
+
+    def start(self, job_id: str, total: int, est_tokens: int) -> None:
+        with self.store.session() as s, s.begin():
+            s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status == S.VALIDATING).values(
+                status=S.IN_PROGRESS, in_progress_at=utcnow(), total=total, est_tokens=est_tokens))
+
+    def fail(self, job_id: str, errors: list[dict[str, Any]]) -> None:
+        """Validation failed: the job fails whole, with OpenAI's `errors` list; no item runs."""
+        with self.store.session() as s, s.begin():
+            s.execute(delete(BatchItem).where(BatchItem.job_id == job_id))
+            s.execute(update(BatchJob).where(BatchJob.id == job_id).values(
+                status=S.FAILED, failed_at=utcnow(), errors=json.dumps({"object": "list", "data": errors})))
+
+    def discard(self, job_id: str) -> None:
+        """A job refused while it was being read (a per-key limit): as if it had never been."""
+        with self.store.session() as s, s.begin():
+            s.execute(delete(BatchItem).where(BatchItem.job_id == job_id))
+            s.execute(delete(BatchJob).where(BatchJob.id == job_id))
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def view(self, job_id: str, key_id: str | None, *, shape: str | None = None) -> JobView | None:
+        with self.store.session() as s:
+            job = s.get(BatchJob, job_id)
+            if job is None or job.key_id != key_id or (shape is not None and job.shape != shape):
+                return None
+            return JobView(job, self._counts(s, job_id))
+
+    @staticmethod
+    def _counts(s: Any, job_id: str) -> dict[str, int]:
+        rows = s.execute(select(BatchItem.state, func.count()).where(BatchItem.job_id == job_id)
+                         .group_by(BatchItem.state)).all()
+        return {str(st): int(n) for st, n in rows}
+
+    def list_jobs(self, key_id: str | None, shape: str, *, limit: int, after: str | None) -> list[JobView]:
+        j = BatchJob
+        q = select(j).where(_owner_is(key_id), j.shape == shape)
+        with self.store.session() as s:
+            anchor = None if after is None else s.get(j, after)
+            if anchor is not None:
+                q = q.where((j.created_at < anchor.created_at) | ((j.created_at == anchor.created_at) & (j.id < after)))
+            jobs = s.execute(q.order_by(j.created_at.desc(), j.id.desc()).limit(limit)).scalars().all()
+            return [JobView(job, self._counts(s, job.id)) for job in jobs]
+
+    def active_load(self, key_id: str | None) -> tuple[int, int]:
+        """(unfinished jobs, their estimated tokens) of one key: the concurrency and enqueued-token limits."""
+        q = select(func.count(), func.coalesce(func.sum(BatchJob.est_tokens), 0)).where(
+            _owner_is(key_id), BatchJob.status.in_(S.ACTIVE))
+        with self.store.session() as s:
+            n, tokens = s.execute(q).one()
+        return int(n), int(tokens)
+
+    def items(self, job_id: str, *, after_line: int, limit: int) -> list[BatchItem]:
+        q = (select(BatchItem).where(BatchItem.job_id == job_id, BatchItem.line > after_line)
+             .order_by(BatchItem.line).limit(limit))
+        with self.store.session() as s:
+            return list(s.execute(q).scalars().all())
+
+    def iter_items(self, job_id: str, page: int = 500) -> Iterator[BatchItem]:
+        after = 0
+        while rows := self.items(job_id, after_line=after, limit=page):
+            yield from rows
+            after = rows[-1].line
+
+    # -- leases ------------------------------------------------------------------------------------------
+    def lease(self, owner: str, n: int, lease_s: float) -> list[Lease]:
+        now = utcnow()
+        i = BatchItem
+        sub = select(i.id).where((i.state == S.PENDING) | ((i.state == S.LEASED) & (i.lease_until < now)))
+        sub = sub.order_by(i.id).limit(n)
+        if not self.store.is_sqlite:
+            sub = sub.with_for_update(skip_locked=True)
+        stmt = (update(i).where(i.id.in_(sub.scalar_subquery()))
+                .values(state=S.LEASED, owner=owner, lease_until=now + dt.timedelta(seconds=lease_s),
+                        attempts=i.attempts + 1)
+                .returning(i.id, i.job_id, i.line, i.custom_id, i.body, i.attempts))
+        with self.store.session() as s, s.begin():
+            rows = s.execute(stmt).all()
+        return sorted((Lease(*r) for r in rows), key=lambda x: x.id)
+
+    def renew(self, owner: str, ids: Sequence[int], lease_s: float) -> None:
+        if not ids:
+            return
+        with self.store.session() as s, s.begin():
+            s.execute(update(BatchItem).where(BatchItem.id.in_(ids), BatchItem.owner == owner,
+                                              BatchItem.state == S.LEASED)
+                      .values(lease_until=utcnow() + dt.timedelta(seconds=lease_s)))
+
+    def release(self, owner: str) -> int:
+        """Hand every lease of `owner` back (pending again, at once): a replica shutting down."""
+        with self.store.session() as s, s.begin():
+            res = s.execute(update(BatchItem).where(BatchItem.owner == owner, BatchItem.state == S.LEASED)
+                            .values(state=S.PENDING, owner=None, lease_until=None, attempts=BatchItem.attempts - 1))
+        return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+    def release_item(self, owner: str, item_id: int) -> None:
+        """One lease handed back (the item could not run now: the engine was full or stopping)."""
+        with self.store.session() as s, s.begin():
+            s.execute(update(BatchItem).where(BatchItem.id == item_id, BatchItem.owner == owner,
+                                              BatchItem.state == S.LEASED)
+                      .values(state=S.PENDING, owner=None, lease_until=None, attempts=BatchItem.attempts - 1))
+
+    def finish_item(self, owner: str, item_id: int, state: str, status_code: int | None, result: Any,
+                    prompt_tokens: int = 0, completion_tokens: int = 0) -> bool:
+        """Write the item's result if the caller still holds its lease; False: it does not (nothing written)."""
+        with self.store.session() as s, s.begin():
+            res = s.execute(update(BatchItem).where(
+                BatchItem.id == item_id, BatchItem.owner == owner, BatchItem.state == S.LEASED).values(
+                state=state, owner=None, lease_until=None, status_code=status_code,
+                result=None if result is None else json.dumps(result), prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens, finished_at=utcnow(),
+                result_writes=BatchItem.result_writes + 1))
+        return bool(res.rowcount)  # type: ignore[attr-defined]
+
+    def jobs_states(self, job_ids: Sequence[str]) -> dict[str, tuple[str, str, str | None, dt.datetime]]:
+        """{job id: (state, endpoint, key id, expires_at)} for the given jobs."""
+        j = BatchJob
+        with self.store.session() as s:
+            rows = s.execute(select(j.id, j.status, j.endpoint, j.key_id, j.expires_at).where(j.id.in_(job_ids)))
+            return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+
+    # -- cancel, expire, finalize -------------------------------------------------------------------------
+    def cancel(self, job_id: str) -> bool:
+        """Cancelling: pending items never start; leased ones end as their workers see it. False: the job
+        was already finished (or failed validation)."""
+        now = utcnow()
+        with self.store.session() as s, s.begin():
+            res = s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status.in_(
+                (S.VALIDATING, S.IN_PROGRESS))).values(status=S.CANCELLING, cancelling_at=now))
+            if not res.rowcount:  # type: ignore[attr-defined]
+                return False
+            s.execute(update(BatchItem).where(BatchItem.job_id == job_id, BatchItem.state == S.PENDING)
+                      .values(state=S.ITEM_CANCELLED, finished_at=now))
+        return True
+
+    def expire_due(self) -> None:
+        """Jobs past their window: their pending items expire (leased ones finish), then they finalize."""
+        now = utcnow()
+        with self.store.session() as s, s.begin():
+            ids = s.execute(select(BatchJob.id).where(BatchJob.status == S.IN_PROGRESS,
+                                                      BatchJob.expires_at <= now)).scalars().all()
+            if ids:
+                s.execute(update(BatchItem).where(BatchItem.job_id.in_(ids), BatchItem.state == S.PENDING)
+                          .values(state=S.ITEM_EXPIRED, finished_at=now))
+
+    def ready_to_finalize(self, stale_s: float) -> list[str]:
+        """Jobs with no open item left, and jobs a dead process left half-finalized."""
+        j, i = BatchJob, BatchItem
+        stale = utcnow() - dt.timedelta(seconds=stale_s)
+        no_open = ~exists().where(i.job_id == j.id, i.state.in_(S.OPEN_ITEMS))
+        q = select(j.id).where(((j.status.in_((S.IN_PROGRESS, S.CANCELLING))) & no_open)
+                               | ((j.status == S.FINALIZING) & (j.finalizing_at < stale)))
+        with self.store.session() as s:
+            return list(s.execute(q.limit(100)).scalars().all())
+
+    def claim_finalize(self, job_id: str, stale_s: float) -> BatchJob | None:
+        """Move the job to finalizing (or re-claim a stale one); None if another process has it."""
+        j, i = BatchJob, BatchItem
+        now = utcnow()
+        no_open = ~exists().where(i.job_id == j.id, i.state.in_(S.OPEN_ITEMS))
+        cond = (((j.status.in_((S.IN_PROGRESS, S.CANCELLING))) & no_open)
+                | ((j.status == S.FINALIZING) & (j.finalizing_at < now - dt.timedelta(seconds=stale_s))))
+        with self.store.session() as s, s.begin():
+            res = s.execute(update(j).where(j.id == job_id, cond).values(status=S.FINALIZING, finalizing_at=now))
+            if not res.rowcount:  # type: ignore[attr-defined]
+                return None
+            return s.get(j, job_id)
+
+    def complete(self, job: BatchJob, output_file_id: str | None, error_file_id: str | None) -> str:
+        """The job's final state, from how it got here: cancelled, expired, or completed."""
+        now = utcnow()
+        with self.store.session() as s, s.begin():
+            counts = self._counts(s, job.id)
+            if job.cancelling_at is not None:
+                final, stamp = S.CANCELLED, "cancelled_at"
+            elif counts.get(S.ITEM_EXPIRED, 0):
+                final, stamp = S.EXPIRED, "expired_at"
+            else:
+                final, stamp = S.COMPLETED, "completed_at"
+            s.execute(update(BatchJob).where(BatchJob.id == job.id, BatchJob.status == S.FINALIZING).values(
+                status=final, output_file_id=output_file_id, error_file_id=error_file_id, **{stamp: now}))
+        return final
