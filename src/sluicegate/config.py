@@ -73,17 +73,32 @@ class IdempotencyConfig:
 
 @dataclass(frozen=True, slots=True)
 class JobsConfig:
-    """Batch jobs and their files, per API key (docs/jobs.md)."""
+    """Batch jobs and their files; the limits are per API key (docs/jobs.md); `GET /v1/models/{id}` reports
+    each limit."""
 
-    max_items_per_job: int = 50_000  # requests in one job (OpenAI's own limit)
-    max_file_bytes: int = 200 << 20  # one uploaded file or JSONL body, in bytes (OpenAI's: 200 MB)
-    max_concurrent_jobs: int = 10  # jobs of one key not yet finished
-    max_enqueued_tokens: int = 20_000_000  # estimated tokens of one key's unfinished jobs
+    max_items_per_job: int = 50_000  # requests in one job (OpenAI's Batch API limit)
+    max_file_bytes: int = 200 << 20  # one uploaded file or JSONL body, streamed to the store (OpenAI's 200 MB)
+    max_concurrent_jobs: int = 8  # a key's jobs queued or running at once
+    max_enqueued_tokens: int = 10_000_000  # a key's estimated tokens (prompt + new) in jobs not yet finished
     worker_slots: int | None = None  # items one process runs at once; None: half the engine's slots (>= 1)
     lease_s: float = 30.0  # an item's lease; renewed every third of it; a dead process's items free up after it
     poll_s: float = 0.5  # how often an idle worker looks for items (a job created here wakes it at once)
     file_ttl_hours: float | None = None  # uploaded files expire after this; None: kept until deleted
     output_ttl_hours: float = 30 * 24.0  # a job's output and error files expire after this (OpenAI: 30 days)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """Signed event notifications (docs/webhooks.md)."""
+
+    allow_networks: tuple[str, ...] = ()  # CIDRs a webhook URL may resolve into though private/loopback/link-local
+    max_attempts: int = 8  # deliveries tried this often, then marked failed (the first try included)
+    backoff_base_s: float = 5.0  # the first retry's delay; each later one doubles, with jitter (x0.5 to x1.0)
+    backoff_max_s: float = 3600.0  # no retry waits longer
+    timeout_s: float = 10.0  # one attempt: connect, send and the receiver's answer
+    poll_s: float = 1.0  # how often a replica looks for due deliveries it was not woken for (retries, others')
+    max_in_flight: int = 16  # deliveries sent at once per process
+    max_endpoints_per_key: int = 16  # registered endpoints per API key
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,5 +111,6 @@ class Config:
     ratelimit: RateLimitConfig = field(default_factory=RateLimitConfig)
     idempotency: IdempotencyConfig = field(default_factory=IdempotencyConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     host: str = "127.0.0.1"  # listen address
     port: int = 8000  # listen port

@@ -25,13 +25,12 @@ from sluicegate.api.openai_errors import openai_envelope, openai_view
 from sluicegate.api.validation import openai_validation_error as validation_error
 from sluicegate.jobs.worker import Handler, Outcome
 from sluicegate.protocol import openai_chat, openai_completions
-from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_common import Refusal
 from sluicegate.protocol.openai_completions import CompletionRequest
-from sluicegate.serving import generate
 from sluicegate.serving import openai_chat as chat
 from sluicegate.serving import openai_completions as completions
+from sluicegate.serving import predictions
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
@@ -71,29 +70,18 @@ def _openai(served: Callable[[], ServedModel], schema: type[BaseModel],
 
 
 def _prediction(served: Callable[[], ServedModel]) -> Handler:
-    """A prediction request `{input: {prompt}, model, options}` as the native surface runs it."""
+    """A prediction request, as `POST /v1/predictions` runs it (serving/predictions.py)."""
 
     async def run(body: str, ctx: RequestContext) -> Outcome:
         try:
-            data = json.loads(body)
-            inp = data.get("input") or {}
-            if "prompt" not in inp:
-                raise ApiError("invalid_request", "input.messages is not supported in a batch yet; send "
-                               "input.prompt", param="input.messages", code="unsupported_parameter")
-            fields = {"prompt": inp["prompt"], **(data.get("options") or {})}
-            if data.get("model") is not None:
-                fields["model"] = data["model"]
-            try:
-                req = GenerateRequest.model_validate(fields)
-            except ValidationError as exc:
-                raise validation_error(exc, fields) from None
+            req = predictions.parse(json.loads(body))
             model = served()
-            runs = await generate.start(model, req, ctx)
+            plan = await predictions.start(model, req, ctx)
             try:
-                answer = await generate.complete(model, req, runs, ctx)
+                answer = await predictions.complete(model, plan, ctx)
             finally:
-                runs.close()
-            return Outcome(200, answer.model_dump(mode="json"), from_runs(runs))
+                plan.runs.close()
+            return Outcome(200, answer.model_dump(mode="json"), from_runs(plan.runs))
         except ApiError as exc:
             return Outcome(503 if exc.type in RETRY_LATER else exc.status, envelope(exc, ctx.request_id))
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from sluicegate.jobs import states as S
 from sluicegate.jobs.store import JobStore
+from sluicegate.serving import predictions
+from sluicegate.serving.errors import ApiError
 
 PAGE = 500  # items inserted per statement
 MAX_ERRORS = 100  # validation errors reported on a failed OpenAI batch
@@ -134,15 +136,10 @@ class Intake:
 
 
 def _seed_problem(obj: Any) -> tuple[str, str] | None:
-    """The seed shape's quick check of one prediction request (the full validation happens when it runs,
-    and its failure is that item's error)."""
-    if not isinstance(obj, dict):
-        return "invalid_request", "a prediction request must be a JSON object"
-    inp = obj.get("input")
-    if not isinstance(inp, dict):
-        return "invalid_request", "input is required: {\"prompt\": ...} or {\"messages\": [...]}"
-    if ("prompt" in inp) == ("messages" in inp):
-        return "invalid_request", "input needs exactly one of prompt and messages"
-    if obj.get("stream") is True or (isinstance(obj.get("options"), dict) and obj["options"].get("stream")):
-        return "invalid_request", "streaming is not supported in a batch"
+    """The prediction request checked as `POST /v1/predictions` checks it (serving/predictions.py): a bad one
+    is this line's error record, with the error's code and message."""
+    try:
+        predictions.parse(obj)
+    except ApiError as exc:
+        return exc.code or exc.type, exc.message
     return None
