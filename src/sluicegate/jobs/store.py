@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import delete, exists, func, insert, select, update
 
 from sluicegate.jobs import states as S
-from sluicegate.jobs.files import new_id, utcnow
+from sluicegate.jobs.files import new_id, session_of, utcnow
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchItem, BatchJob
 
@@ -68,7 +68,7 @@ class JobStore:
                input_file_id: str | None, meta: dict[str, Any] | None) -> str:
         job_id = new_id("batch_")
         now = utcnow()
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             s.execute(insert(BatchJob).values(
                 id=job_id, key_id=key_id, shape=shape, endpoint=endpoint, status=S.VALIDATING,
                 completion_window=window, input_file_id=input_file_id, meta=None if meta is None else json.dumps(meta),
@@ -80,32 +80,32 @@ class JobStore:
         if not rows:
             return
         full = [{"job_id": job_id, "custom_id": None, "body": None, "state": S.PENDING, "status_code": None,
-                 "result": None, "attempts": 0, "result_writes": 0, "prompt_tokens": 0, "completion_tokens": 0,
-                 "finished_at": None, **r} for r in rows]
-        with self.store.session() as s, s.begin():
+                 "result": None, "attempts": 0, "result_writes": 0, "finished_by": None, "prompt_tokens": 0,
+                 "completion_tokens": 0, "finished_at": None, **r} for r in rows]
+        with session_of(self.store) as s, s.begin():
             s.execute(insert(BatchItem), full)
 
     def start(self, job_id: str, total: int, est_tokens: int) -> None:
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status == S.VALIDATING).values(
                 status=S.IN_PROGRESS, in_progress_at=utcnow(), total=total, est_tokens=est_tokens))
 
     def fail(self, job_id: str, errors: list[dict[str, Any]]) -> None:
         """Validation failed: the job fails whole, with OpenAI's `errors` list; no item runs."""
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             s.execute(delete(BatchItem).where(BatchItem.job_id == job_id))
             s.execute(update(BatchJob).where(BatchJob.id == job_id).values(
                 status=S.FAILED, failed_at=utcnow(), errors=json.dumps({"object": "list", "data": errors})))
 
     def discard(self, job_id: str) -> None:
         """A job refused while it was being read (a per-key limit): as if it had never been."""
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             s.execute(delete(BatchItem).where(BatchItem.job_id == job_id))
             s.execute(delete(BatchJob).where(BatchJob.id == job_id))
 
     # -- reading -----------------------------------------------------------------------------------------
     def view(self, job_id: str, key_id: str | None, *, shape: str | None = None) -> JobView | None:
-        with self.store.session() as s:
+        with session_of(self.store) as s:
             job = s.get(BatchJob, job_id)
             if job is None or job.key_id != key_id or (shape is not None and job.shape != shape):
                 return None
@@ -120,7 +120,7 @@ class JobStore:
     def list_jobs(self, key_id: str | None, shape: str, *, limit: int, after: str | None) -> list[JobView]:
         j = BatchJob
         q = select(j).where(_owner_is(key_id), j.shape == shape)
-        with self.store.session() as s:
+        with session_of(self.store) as s:
             anchor = None if after is None else s.get(j, after)
             if anchor is not None:
                 q = q.where((j.created_at < anchor.created_at) | ((j.created_at == anchor.created_at) & (j.id < after)))
@@ -131,14 +131,14 @@ class JobStore:
         """(unfinished jobs, their estimated tokens) of one key: the concurrency and enqueued-token limits."""
         q = select(func.count(), func.coalesce(func.sum(BatchJob.est_tokens), 0)).where(
             _owner_is(key_id), BatchJob.status.in_(S.ACTIVE))
-        with self.store.session() as s:
+        with session_of(self.store) as s:
             n, tokens = s.execute(q).one()
         return int(n), int(tokens)
 
     def items(self, job_id: str, *, after_line: int, limit: int) -> list[BatchItem]:
         q = (select(BatchItem).where(BatchItem.job_id == job_id, BatchItem.line > after_line)
              .order_by(BatchItem.line).limit(limit))
-        with self.store.session() as s:
+        with session_of(self.store) as s:
             return list(s.execute(q).scalars().all())
 
     def iter_items(self, job_id: str, page: int = 500) -> Iterator[BatchItem]:
@@ -159,28 +159,28 @@ class JobStore:
                 .values(state=S.LEASED, owner=owner, lease_until=now + dt.timedelta(seconds=lease_s),
                         attempts=i.attempts + 1)
                 .returning(i.id, i.job_id, i.line, i.custom_id, i.body, i.attempts))
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             rows = s.execute(stmt).all()
         return sorted((Lease(*r) for r in rows), key=lambda x: x.id)
 
     def renew(self, owner: str, ids: Sequence[int], lease_s: float) -> None:
         if not ids:
             return
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             s.execute(update(BatchItem).where(BatchItem.id.in_(ids), BatchItem.owner == owner,
                                               BatchItem.state == S.LEASED)
                       .values(lease_until=utcnow() + dt.timedelta(seconds=lease_s)))
 
     def release(self, owner: str) -> int:
         """Hand every lease of `owner` back (pending again, at once): a replica shutting down."""
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             res = s.execute(update(BatchItem).where(BatchItem.owner == owner, BatchItem.state == S.LEASED)
                             .values(state=S.PENDING, owner=None, lease_until=None, attempts=BatchItem.attempts - 1))
         return int(res.rowcount or 0)  # type: ignore[attr-defined]
 
     def release_item(self, owner: str, item_id: int) -> None:
         """One lease handed back (the item could not run now: the engine was full or stopping)."""
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             s.execute(update(BatchItem).where(BatchItem.id == item_id, BatchItem.owner == owner,
                                               BatchItem.state == S.LEASED)
                       .values(state=S.PENDING, owner=None, lease_until=None, attempts=BatchItem.attempts - 1))
@@ -188,19 +188,19 @@ class JobStore:
     def finish_item(self, owner: str, item_id: int, state: str, status_code: int | None, result: Any,
                     prompt_tokens: int = 0, completion_tokens: int = 0) -> bool:
         """Write the item's result if the caller still holds its lease; False: it does not (nothing written)."""
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             res = s.execute(update(BatchItem).where(
                 BatchItem.id == item_id, BatchItem.owner == owner, BatchItem.state == S.LEASED).values(
                 state=state, owner=None, lease_until=None, status_code=status_code,
                 result=None if result is None else json.dumps(result), prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens, finished_at=utcnow(),
+                completion_tokens=completion_tokens, finished_at=utcnow(), finished_by=owner,
                 result_writes=BatchItem.result_writes + 1))
         return bool(res.rowcount)  # type: ignore[attr-defined]
 
     def jobs_states(self, job_ids: Sequence[str]) -> dict[str, tuple[str, str, str | None, dt.datetime]]:
         """{job id: (state, endpoint, key id, expires_at)} for the given jobs."""
         j = BatchJob
-        with self.store.session() as s:
+        with session_of(self.store) as s:
             rows = s.execute(select(j.id, j.status, j.endpoint, j.key_id, j.expires_at).where(j.id.in_(job_ids)))
             return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
@@ -209,7 +209,7 @@ class JobStore:
         """Cancelling: pending items never start; leased ones end as their workers see it. False: the job
         was already finished (or failed validation)."""
         now = utcnow()
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             res = s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status.in_(
                 (S.VALIDATING, S.IN_PROGRESS))).values(status=S.CANCELLING, cancelling_at=now))
             if not res.rowcount:  # type: ignore[attr-defined]
@@ -221,7 +221,7 @@ class JobStore:
     def expire_due(self) -> None:
         """Jobs past their window: their pending items expire (leased ones finish), then they finalize."""
         now = utcnow()
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             ids = s.execute(select(BatchJob.id).where(BatchJob.status == S.IN_PROGRESS,
                                                       BatchJob.expires_at <= now)).scalars().all()
             if ids:
@@ -235,7 +235,7 @@ class JobStore:
         no_open = ~exists().where(i.job_id == j.id, i.state.in_(S.OPEN_ITEMS))
         q = select(j.id).where(((j.status.in_((S.IN_PROGRESS, S.CANCELLING))) & no_open)
                                | ((j.status == S.FINALIZING) & (j.finalizing_at < stale)))
-        with self.store.session() as s:
+        with session_of(self.store) as s:
             return list(s.execute(q.limit(100)).scalars().all())
 
     def claim_finalize(self, job_id: str, stale_s: float) -> BatchJob | None:
@@ -245,7 +245,7 @@ class JobStore:
         no_open = ~exists().where(i.job_id == j.id, i.state.in_(S.OPEN_ITEMS))
         cond = (((j.status.in_((S.IN_PROGRESS, S.CANCELLING))) & no_open)
                 | ((j.status == S.FINALIZING) & (j.finalizing_at < now - dt.timedelta(seconds=stale_s))))
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             res = s.execute(update(j).where(j.id == job_id, cond).values(status=S.FINALIZING, finalizing_at=now))
             if not res.rowcount:  # type: ignore[attr-defined]
                 return None
@@ -254,7 +254,7 @@ class JobStore:
     def complete(self, job: BatchJob, output_file_id: str | None, error_file_id: str | None) -> str:
         """The job's final state, from how it got here: cancelled, expired, or completed."""
         now = utcnow()
-        with self.store.session() as s, s.begin():
+        with session_of(self.store) as s, s.begin():
             counts = self._counts(s, job.id)
             if job.cancelling_at is not None:
                 final, stamp = S.CANCELLED, "cancelled_at"

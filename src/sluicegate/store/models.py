@@ -205,6 +205,7 @@ class BatchItem(Base):
     lease_until: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # leases taken
     result_writes: Mapped[int] = mapped_column(Integer, default=0)  # results written: 1 once finished
+    finished_by: Mapped[str | None] = mapped_column(String(32))  # the worker that wrote the result
     status_code: Mapped[int | None] = mapped_column(Integer)  # the HTTP status its request would have had
     result: Mapped[str | None] = mapped_column(Text)  # the response body (or error envelope), as JSON
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)

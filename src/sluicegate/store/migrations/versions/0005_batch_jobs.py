@@ -78,6 +78,7 @@ def upgrade() -> None:
         sa.Column("lease_until", TS, nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("result_writes", sa.Integer(), nullable=False),
+        sa.Column("finished_by", sa.String(32), nullable=True),
         sa.Column("status_code", sa.Integer(), nullable=True),
         sa.Column("result", sa.Text(), nullable=True),
         sa.Column("prompt_tokens", sa.Integer(), nullable=False),
