@@ -1,0 +1,115 @@
+"""The job store on SQLite and Postgres: leases never overlap, a result is written once and only under the
+writer's own lease, leases hand back and expire, cancel and finalize move the state machine."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sluicegate.jobs import states as S
+from sluicegate.jobs.files import FileStore, Writer
+from sluicegate.jobs.output import render_files
+from sluicegate.jobs.store import JobStore
+from sluicegate.store.db import Store
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    s = Store.open(db_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def make_job(jobs: JobStore, n: int) -> str:
+    job = jobs.create(key_id=None, shape="openai", endpoint="/v1/completions", window_s=3600, window="24h",
+                      input_file_id=None, meta=None)
+    jobs.add_items(job, [{"line": i + 1, "custom_id": f"c{i}", "body": "{}"} for i in range(n)])
+    jobs.start(job, n, 0)
+    return job
+
+
+def test_concurrent_leases_never_share_an_item(store: Store) -> None:
+    jobs = JobStore(store)
+    make_job(jobs, 60)
+    taken: dict[str, list[int]] = {}
+
+    def grab(owner: str) -> None:
+        got: list[int] = []
+        while batch := jobs.lease(owner, 3, 60):
+            got += [x.id for x in batch]
+        taken[owner] = got
+
+    threads = [threading.Thread(target=grab, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [i for got in taken.values() for i in got]
+    assert len(every) == 60 and len(set(every)) == 60
+
+
+def test_a_result_is_written_once_and_only_under_the_writers_lease(store: Store) -> None:
+    jobs = JobStore(store)
+    job = make_job(jobs, 2)
+    (a,) = jobs.lease("old", 1, 0.01)
+    time.sleep(0.05)  # the lease expires (a dead worker)
+    (b,) = jobs.lease("new", 1, 60)
+    assert a.id == b.id and b.attempts == 2  # the expired lease is taken over first (oldest item)
+    assert not jobs.finish_item("old", a.id, S.DONE, 200, {"x": 1})  # the old owner writes nothing
+    assert jobs.finish_item("new", b.id, S.DONE, 200, {"x": 2})
+    assert not jobs.finish_item("new", b.id, S.DONE, 200, {"x": 3})  # and never twice
+    (item, _other) = jobs.items(job, after_line=0, limit=10)
+    assert item.result_writes == 1 and item.result == '{"x": 2}' and item.finished_by == "new"
+
+
+def test_release_hands_leases_back_at_once(store: Store) -> None:
+    jobs = JobStore(store)
+    make_job(jobs, 3)
+    assert len(jobs.lease("leaving", 3, 600)) == 3
+    assert jobs.lease("other", 3, 600) == []
+    assert jobs.release("leaving") == 3
+    again = jobs.lease("other", 3, 600)
+    assert len(again) == 3 and {x.attempts for x in again} == {1}  # a hand-back is not a failed attempt
+
+
+def test_cancel_then_finalize(store: Store) -> None:
+    jobs = JobStore(store)
+    job = make_job(jobs, 3)
+    (running,) = jobs.lease("w", 1, 600)
+    assert jobs.cancel(job)
+    assert jobs.lease("w2", 5, 600) == []  # pending items never start
+    assert jobs.ready_to_finalize(60) == []  # one item still runs
+    assert jobs.finish_item("w", running.id, S.ITEM_CANCELLED, None, None)
+    assert jobs.ready_to_finalize(60) == [job]
+    claimed = jobs.claim_finalize(job, 60)
+    assert claimed is not None and jobs.claim_finalize(job, 60) is None  # one finalizer
+    files = FileStore(store)
+    out, err = render_files(jobs, files, claimed, 3600)
+    assert out is None and err is not None
+    assert len(list(files.lines(err))) == 3
+    assert jobs.complete(claimed, out, err) == S.CANCELLED
+    view = jobs.view(job, None)
+    assert view is not None and view.job.status == S.CANCELLED and view.job.error_file_id == err
+    assert not jobs.cancel(job)
+
+
+def test_files_round_trip_in_chunks(store: Store) -> None:
+    files = FileStore(store)
+    fid = files.begin("k", "batch", "a.jsonl", None)
+    w = Writer(files, fid)
+    assert files.get(fid, "k") is None  # not whole yet: not visible
+    payload = b"".join(b'{"n": %d}\n' % i for i in range(60_000))  # ~0.6 MB: several chunks
+    for i in range(0, len(payload), 10_000):
+        w.write(payload[i:i + 10_000])
+    assert w.close() == len(payload)
+    info = files.get(fid, "k")
+    assert info is not None and info.bytes == len(payload) and files.get(fid, "other") is None
+    assert b"".join(files.chunks(fid)) == payload
+    assert sum(1 for _ in files.lines(fid)) == 60_000
+    files.delete(fid)
+    assert files.get(fid, "k") is None and files.chunk(fid, 0) is None
