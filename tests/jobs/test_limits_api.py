@@ -38,7 +38,8 @@ def upload(client: httpx.Client, data: bytes, purpose: str = "batch") -> httpx.R
 
 def test_items_per_job(client: httpx.Client) -> None:
     r = client.post("/v1/batch-predictions", json=[{"input": {"prompt": "x"}}] * 4)
-    assert r.status_code == 422 and r.json()["error"]["code"] == "too_many_items" and "3" in r.json()["error"]["message"]
+    err = r.json()["error"]
+    assert r.status_code == 422 and err["code"] == "too_many_items" and "at most 3 requests" in err["message"]
     f = upload(client, jsonl([chat_line(i) for i in range(4)])).json()
     r = client.post("/v1/batches", json={"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
                                          "completion_window": "24h"})
