@@ -73,6 +73,6 @@ def truncate(url: str) -> None:
     try:
         with engine.begin() as conn:
             conn.execute(text("TRUNCATE usage, idempotency_keys, batch_items, batch_jobs, batch_file_chunks, "
-                              "batch_files, api_keys"))
+                              "batch_files, api_keys, predictions, webhook_deliveries, webhook_endpoints"))
     finally:
         engine.dispose()

@@ -16,6 +16,7 @@ from sluicegate.config import (
     ModelConfig,
     RateLimitConfig,
     StoreConfig,
+    WebhookConfig,
 )
 
 
@@ -65,6 +66,16 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="bucket capacity for API keys created without --burst (default: one minute of tokens)")
     p.add_argument("--idempotency-ttl-hours", type=positive_hours, default=IdempotencyConfig().ttl_hours,
                    help="how long the answer to a request with an Idempotency-Key is kept and replayed")
+    wh = WebhookConfig()
+    p.add_argument("--webhook-allow-network", action="append", default=[], metavar="CIDR",
+                   help="let webhook URLs reach this private, loopback or link-local address or network "
+                        "(repeatable; default: public addresses only)")
+    p.add_argument("--webhook-max-attempts", type=int, default=wh.max_attempts,
+                   help="attempts per webhook delivery before it is marked failed")
+    p.add_argument("--webhook-backoff-seconds", type=float, default=wh.backoff_base_s,
+                   help="the first webhook retry's delay; each later one doubles (with jitter)")
+    p.add_argument("--webhook-timeout-seconds", type=float, default=wh.timeout_s,
+                   help="one webhook attempt's limit: connect, send and the receiver's answer")
     p.add_argument("--insecure-no-auth", action="store_true",
                    help="serve on a non-loopback address while the store holds no API key (anyone who reaches "
                         "the port may use everything); auth still turns on once a key exists")
@@ -76,6 +87,18 @@ def limits_from_args(args: argparse.Namespace) -> LimitsConfig:
     return LimitsConfig(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
                         max_new_tokens=args.max_new_tokens, estimate_new_tokens=args.estimate_new_tokens,
                         drain_s=args.drain_seconds)
+
+
+def webhooks_from_args(args: argparse.Namespace) -> WebhookConfig:
+    """The webhook flags; a bad --webhook-allow-network is refused here, before anything starts."""
+    from sluicegate.webhooks.ssrf import parse_networks
+
+    try:
+        parse_networks(args.webhook_allow_network)
+    except ValueError as exc:
+        raise SystemExit(f"sluicegate: --webhook-allow-network: {exc}") from None
+    return WebhookConfig(allow_networks=tuple(args.webhook_allow_network), max_attempts=args.webhook_max_attempts,
+                         backoff_base_s=args.webhook_backoff_seconds, timeout_s=args.webhook_timeout_seconds)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -101,6 +124,7 @@ def serve(args: argparse.Namespace) -> int:
         ratelimit=RateLimitConfig(redis_url=args.redis_url, fail_open=args.rate_limit_fail_open,
                                   default_tpm=args.default_tpm, default_burst=args.default_burst),
         idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
+        webhooks=webhooks_from_args(args),
         host=args.host, port=args.port,
     )
     m = config.model

@@ -92,7 +92,8 @@ def test_cancel_then_finalize(store: Store) -> None:
     out, err = render_files(jobs, files, claimed, 3600)
     assert out is None and err is not None
     assert len(list(files.lines(err))) == 3
-    assert jobs.complete(claimed, out, err) == S.CANCELLED
+    assert jobs.final_state(claimed) == S.CANCELLED
+    jobs.complete(claimed, S.CANCELLED, out, err)
     view = jobs.view(job, None)
     assert view is not None and view.job.status == S.CANCELLED and view.job.error_file_id == err
     assert not jobs.cancel(job)

@@ -17,16 +17,30 @@ from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
-from sluicegate.api.routes import batch_predictions, batches, files, generate, health, metrics, openai, usage
+from sluicegate.api.routes import (
+    batch_predictions,
+    batches,
+    files,
+    generate,
+    health,
+    metrics,
+    openai,
+    predictions,
+    usage,
+    webhooks,
+)
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.config import Config
 from sluicegate.protocol.batches import BatchCreateRequest
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_completions import CompletionRequest
+from sluicegate.protocol.predictions import PredictionRequest
+from sluicegate.protocol.webhooks import WebhookEndpointCreate
 from sluicegate.store.db import Store
 
-REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest, BatchCreateRequest]
+REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest,
+                                         PredictionRequest, WebhookEndpointCreate, BatchCreateRequest]
 
 
 def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None) -> FastAPI:
@@ -53,6 +67,8 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(generate.router)
     app.include_router(openai.router)
     app.include_router(usage.router)
+    app.include_router(predictions.router)
+    app.include_router(webhooks.router)
     app.include_router(files.router)
     app.include_router(batches.router)
     app.include_router(batch_predictions.router)

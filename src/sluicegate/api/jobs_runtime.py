@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from sluicegate.api.batch_items import handlers
 from sluicegate.config import JobsConfig
@@ -18,22 +17,19 @@ from sluicegate.serving.models import ServedModel
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchJob
 from sluicegate.tenancy.usage import UsageLedger
+from sluicegate.webhooks import Webhooks
 
 log = logging.getLogger("sluicegate.jobs")
 PRUNE_EVERY_S = 600.0
 
-# (key id, event type, data): where a job's end is announced (webhooks, once registered)
-Emit = Callable[[str | None, str, dict[str, Any]], None]
-
-
 class JobsRuntime:
-    def __init__(self, config: JobsConfig, store: Store, ledger: UsageLedger) -> None:
+    def __init__(self, config: JobsConfig, store: Store, ledger: UsageLedger, webhooks: Webhooks) -> None:
         self.config = config
         self.jobs = JobStore(store)
         self.files = FileStore(store)
         self.ledger = ledger
         self.worker: Worker | None = None
-        self.emit: Emit | None = None
+        self.webhooks = webhooks
         self._prune: asyncio.Task[None] | None = None
 
     def start(self, served: Callable[[], ServedModel], engine_slots: int) -> None:
@@ -74,13 +70,14 @@ class JobsRuntime:
                            outcome.status_code, request_id=request_id)
 
     def _final(self, job: BatchJob, final: str) -> None:
-        event = EVENTS.get(final)
-        if event is None or self.emit is None:
-            return
+        """The job's end as a webhook event (OpenAI's name, for both shapes), queued in the store; the event id
+        is stable per job and state, so announcing twice (a finalizer that crashed) queues it once."""
+        event = EVENTS[final]
+        data = {"id": job.id, "object": "batch" if job.shape == "openai" else "batch_prediction", "status": final}
         try:
-            self.emit(job.key_id, event, {"id": job.id, "shape": job.shape})
+            self.webhooks.enqueue(job.key_id, event, data, subject=job.id, event_id=f"evt_{job.id}_{final}")
         except Exception:
-            log.exception("batch %s: announcing %s failed", job.id, event)
+            log.exception("batch %s: queueing the %s event failed", job.id, event)
 
     async def _prune_loop(self) -> None:
         while True:

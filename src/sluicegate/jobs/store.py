@@ -251,17 +251,16 @@ class JobStore:
                 return None
             return s.get(j, job_id)
 
-    def complete(self, job: BatchJob, output_file_id: str | None, error_file_id: str | None) -> str:
-        """The job's final state, from how it got here: cancelled, expired, or completed."""
-        now = utcnow()
+    def final_state(self, job: BatchJob) -> str:
+        """Where a finalizing job ends, from how it got here: cancelled, expired, or completed."""
+        if job.cancelling_at is not None:
+            return S.CANCELLED
+        with session_of(self.store) as s:
+            expired = self._counts(s, job.id).get(S.ITEM_EXPIRED, 0)
+        return S.EXPIRED if expired else S.COMPLETED
+
+    def complete(self, job: BatchJob, final: str, output_file_id: str | None, error_file_id: str | None) -> None:
+        stamp = {S.CANCELLED: "cancelled_at", S.EXPIRED: "expired_at", S.COMPLETED: "completed_at"}[final]
         with session_of(self.store) as s, s.begin():
-            counts = self._counts(s, job.id)
-            if job.cancelling_at is not None:
-                final, stamp = S.CANCELLED, "cancelled_at"
-            elif counts.get(S.ITEM_EXPIRED, 0):
-                final, stamp = S.EXPIRED, "expired_at"
-            else:
-                final, stamp = S.COMPLETED, "completed_at"
             s.execute(update(BatchJob).where(BatchJob.id == job.id, BatchJob.status == S.FINALIZING).values(
-                status=final, output_file_id=output_file_id, error_file_id=error_file_id, **{stamp: now}))
-        return final
+                status=final, output_file_id=output_file_id, error_file_id=error_file_id, **{stamp: utcnow()}))

@@ -63,6 +63,7 @@ class Worker:
     def __init__(self, jobs: JobStore, handlers: Mapping[str, Handler], *, slots: int, lease_s: float,
                  poll_s: float, finalizer: Finalizer, on_usage: Callable[[str | None, str, Outcome, str], None],
                  on_final: Callable[[BatchJob, str], None]) -> None:
+        """`on_final(job, final state)` announces a job's end; it is called in a thread and may block."""
         self.jobs = jobs
         self.handlers = handlers
         self.slots = max(1, slots)
@@ -157,10 +158,13 @@ class Worker:
             if job is None:
                 continue
             out, err = (None, None) if job.shape != "openai" else await asyncio.to_thread(self.finalizer, job)
-            final = await asyncio.to_thread(self.jobs.complete, job, out, err)
+            final = await asyncio.to_thread(self.jobs.final_state, job)
+            # announced before the state is final: a crash between the two re-announces on the next try, and
+            # the event's stable id makes that a no-op where it was already queued
+            await asyncio.to_thread(self.on_final, job, final)
+            await asyncio.to_thread(self.jobs.complete, job, final, out, err)
             self._stopped_jobs.pop(job_id, None)
             log.info("batch %s %s", job_id, final)
-            self.on_final(job, final)
 
     # -- one item ----------------------------------------------------------------------------------------
     async def _item(self, lease: Lease) -> None:

@@ -1,7 +1,7 @@
 """Batch jobs: files and their chunks, jobs, items (leases, results written once).
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0006
 Create Date: 2026-11-30
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
-down_revision: str | None = "0003"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
