@@ -5,8 +5,9 @@
          v             |   -> cancelling -> (finalizing) -> cancelled
        failed          +-> expired (the completion window passed)
 
-Items: pending -> leased (owner, expiry) -> done | failed; a cancelled job's pending items become
-`cancelled`, an expired job's `expired`. A lease that expires makes its item pending again for any worker.
+Items: held (while the job validates) -> pending -> leased (owner, expiry) -> done | failed; a cancelled
+job's pending items become `cancelled`, an expired job's `expired`. A lease that expires makes its item
+pending again for any worker.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ ACTIVE: Final = frozenset({VALIDATING, IN_PROGRESS, FINALIZING, CANCELLING})
 FINAL: Final = frozenset({COMPLETED, FAILED, EXPIRED, CANCELLED})
 
 # item states
+HELD: Final = "held"  # written while its job is validating: not leasable until the job starts
 PENDING: Final = "pending"
 LEASED: Final = "leased"
 DONE: Final = "done"
 ITEM_FAILED: Final = "failed"
 ITEM_CANCELLED: Final = "cancelled"
 ITEM_EXPIRED: Final = "expired"
-OPEN_ITEMS: Final = (PENDING, LEASED)
+OPEN_ITEMS: Final = (HELD, PENDING, LEASED)
 
 
 def seed_status(state: str, done: int, failed: int, total: int) -> str:

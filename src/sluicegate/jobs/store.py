@@ -76,19 +76,30 @@ class JobStore:
         return job_id
 
     def add_items(self, job_id: str, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert items: each {line, custom_id, body} (pending), or with `state` failed and its `result`."""
+        """Insert items: each {line, custom_id, body} (held until `start`), or with `state` failed and its
+        `result`."""
         if not rows:
             return
-        full = [{"job_id": job_id, "custom_id": None, "body": None, "state": S.PENDING, "status_code": None,
+        full = [{"job_id": job_id, "custom_id": None, "body": None, "state": S.HELD, "status_code": None,
                  "result": None, "attempts": 0, "result_writes": 0, "finished_by": None, "prompt_tokens": 0,
                  "completion_tokens": 0, "finished_at": None, **r} for r in rows]
         with session_of(self.store) as s, s.begin():
             s.execute(insert(BatchItem), full)
 
     def start(self, job_id: str, total: int, est_tokens: int) -> None:
+        """Validated: the job turns in_progress and its items leasable, in one transaction. A job cancelled while
+        it was validating keeps its status, and its items are cancelled instead."""
+        now = utcnow()
         with session_of(self.store) as s, s.begin():
-            s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status == S.VALIDATING).values(
-                status=S.IN_PROGRESS, in_progress_at=utcnow(), total=total, est_tokens=est_tokens))
+            res = s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status == S.VALIDATING).values(
+                status=S.IN_PROGRESS, in_progress_at=now, total=total, est_tokens=est_tokens))
+            started = bool(res.rowcount)  # type: ignore[attr-defined]
+            if not started:
+                s.execute(update(BatchJob).where(BatchJob.id == job_id).values(total=total, est_tokens=est_tokens))
+            s.execute(update(BatchItem).where(BatchItem.job_id == job_id, BatchItem.state == S.HELD).values(
+                state=S.PENDING) if started else
+                update(BatchItem).where(BatchItem.job_id == job_id, BatchItem.state == S.HELD).values(
+                state=S.ITEM_CANCELLED, finished_at=now))
 
     def fail(self, job_id: str, errors: list[dict[str, Any]]) -> None:
         """Validation failed: the job fails whole, with OpenAI's `errors` list; no item runs."""
@@ -214,7 +225,7 @@ class JobStore:
                 (S.VALIDATING, S.IN_PROGRESS))).values(status=S.CANCELLING, cancelling_at=now))
             if not res.rowcount:  # type: ignore[attr-defined]
                 return False
-            s.execute(update(BatchItem).where(BatchItem.job_id == job_id, BatchItem.state == S.PENDING)
+            s.execute(update(BatchItem).where(BatchItem.job_id == job_id, BatchItem.state.in_((S.HELD, S.PENDING)))
                       .values(state=S.ITEM_CANCELLED, finished_at=now))
         return True
 
