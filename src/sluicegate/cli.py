@@ -1,4 +1,4 @@
-"""`sluicegate serve | keys | db | probe | compat`."""
+"""`sluicegate serve | keys | db | jobs | probe | compat`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from sluicegate import cli_store
+from sluicegate import cli_jobs, cli_store
 from sluicegate.config import (
     AuthConfig,
     Config,
@@ -163,11 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     cli_store.add_parsers(sub)
+    cli_jobs.add_parsers(sub)
     sub.add_parser("probe", help="grade a server's boundary with awkward requests (probe --help)")
     sub.add_parser("compat", help="classify schema changes as compatible or breaking (compat --help)")
     args = parser.parse_args(argv)
     if args.command in ("keys", "db"):
         return cli_store.run(args)
+    if args.command == "jobs":
+        return cli_jobs.run(args)
     return serve(args)
 
 
