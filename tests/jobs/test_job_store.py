@@ -3,17 +3,20 @@ writer's own lease, leases hand back and expire, cancel and finalize move the st
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import update
 
 from sluicegate.jobs import states as S
 from sluicegate.jobs.files import FileStore, Writer
 from sluicegate.jobs.output import render_files
 from sluicegate.jobs.store import JobStore
 from sluicegate.store.db import Store
+from sluicegate.store.models import BatchJob
 
 
 @pytest.fixture
@@ -114,3 +117,22 @@ def test_files_round_trip_in_chunks(store: Store) -> None:
     assert sum(1 for _ in files.lines(fid)) == 60_000
     files.delete(fid)
     assert files.get(fid, "k") is None and files.chunk(fid, 0) is None
+
+
+def test_a_job_past_its_window_expires(store: Store) -> None:
+    jobs = JobStore(store)
+    job = make_job(jobs, 3)
+    (running,) = jobs.lease("w", 1, 600)
+    with store.session() as s, s.begin():
+        s.execute(update(BatchJob).where(BatchJob.id == job).values(
+            expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)))
+    jobs.expire_due()
+    assert jobs.lease("w2", 5, 600) == []  # its pending items expired
+    assert jobs.finish_item("w", running.id, S.DONE, 200, {})  # the running one still finishes
+    claimed = jobs.claim_finalize(job, 60)
+    assert claimed is not None and jobs.final_state(claimed) == S.EXPIRED
+    out, err = render_files(jobs, FileStore(store), claimed, 3600)
+    jobs.complete(claimed, S.EXPIRED, out, err)
+    assert out is not None and err is not None
+    lines = list(FileStore(store).lines(err))
+    assert len(lines) == 2 and all(b"batch_expired" in x for x in lines)

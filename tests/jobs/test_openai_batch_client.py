@@ -93,3 +93,35 @@ def test_completions_endpoint(client: openai.OpenAI) -> None:
     assert done.error_file_id is None
     out = [json.loads(x) for x in client.files.content(done.output_file_id or "").text.splitlines()]
     assert {o["response"]["body"]["object"] for o in out} == {"text_completion"}
+
+
+def test_cancel_mid_run(server: Threaded, client: openai.OpenAI) -> None:
+    server.runner.delay_s = 0.03
+    try:
+        rows = [chat_line(i, max_tokens=200) for i in range(12)]
+        f = client.files.create(file=("in.jsonl", io.BytesIO(jsonl(rows))), purpose="batch")
+        batch = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+        cancelling = client.batches.cancel(batch.id)
+        assert cancelling.status in ("cancelling", "cancelled") and cancelling.cancelling_at is not None
+        done = _finish(client, batch.id)
+        assert done.status == "cancelled" and done.cancelled_at is not None
+        errors = [json.loads(x) for x in client.files.content(done.error_file_id or "").text.splitlines()]
+        never_ran = [e for e in errors if e["response"] is None]
+        assert never_ran and all(e["error"]["code"] == "batch_cancelled" for e in never_ran)
+        assert len(errors) + (done.request_counts.completed if done.request_counts else 0) == 12
+    finally:
+        server.runner.delay_s = 0.0
+
+
+def test_list_pagination_and_unknown_ids(client: openai.OpenAI) -> None:
+    first = client.batches.list(limit=1)
+    assert len(first.data) == 1 and first.has_more
+    with pytest.raises(openai.NotFoundError):
+        client.batches.retrieve("batch_nope")
+    with pytest.raises(openai.NotFoundError):
+        client.files.content("file-nope")
+    with pytest.raises(openai.NotFoundError):
+        client.batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h")
+    with pytest.raises(openai.BadRequestError):
+        client.batches.create(input_file_id="file-x", endpoint="/v1/embeddings",  # type: ignore[arg-type]
+                              completion_window="24h")
