@@ -67,6 +67,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--idempotency-ttl-hours", type=positive_hours, default=IdempotencyConfig().ttl_hours,
                    help="how long the answer to a request with an Idempotency-Key is kept and replayed")
     wh = WebhookConfig()
+    cli_jobs.add_serve_args(p)
     p.add_argument("--webhook-allow-network", action="append", default=[], metavar="CIDR",
                    help="let webhook URLs reach this private, loopback or link-local address or network "
                         "(repeatable; default: public addresses only)")
@@ -125,6 +126,7 @@ def serve(args: argparse.Namespace) -> int:
                                   default_tpm=args.default_tpm, default_burst=args.default_burst),
         idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
         webhooks=webhooks_from_args(args),
+        jobs=cli_jobs.config_from_args(args),
         host=args.host, port=args.port,
     )
     m = config.model
