@@ -77,6 +77,14 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="the first webhook retry's delay; each later one doubles (with jitter)")
     p.add_argument("--webhook-timeout-seconds", type=float, default=wh.timeout_s,
                    help="one webhook attempt's limit: connect, send and the receiver's answer")
+    p.add_argument("--webhook-backoff-max-seconds", type=float, default=wh.backoff_max_s,
+                   help="no webhook retry waits longer than this")
+    p.add_argument("--webhook-poll-seconds", type=float, default=wh.poll_s,
+                   help="how often each replica looks for due webhook deliveries it was not woken for")
+    p.add_argument("--webhook-max-in-flight", type=int, default=wh.max_in_flight,
+                   help="webhook deliveries sent at once by this process")
+    p.add_argument("--webhook-max-endpoints", type=int, default=wh.max_endpoints_per_key,
+                   help="webhook endpoints one API key may register")
     p.add_argument("--insecure-no-auth", action="store_true",
                    help="serve on a non-loopback address while the store holds no API key (anyone who reaches "
                         "the port may use everything); auth still turns on once a key exists")
@@ -98,8 +106,12 @@ def webhooks_from_args(args: argparse.Namespace) -> WebhookConfig:
         parse_networks(args.webhook_allow_network)
     except ValueError as exc:
         raise SystemExit(f"sluicegate: --webhook-allow-network: {exc}") from None
-    return WebhookConfig(allow_networks=tuple(args.webhook_allow_network), max_attempts=args.webhook_max_attempts,
-                         backoff_base_s=args.webhook_backoff_seconds, timeout_s=args.webhook_timeout_seconds)
+    return WebhookConfig(
+        allow_networks=tuple(args.webhook_allow_network), max_attempts=args.webhook_max_attempts,
+        backoff_base_s=args.webhook_backoff_seconds, backoff_max_s=args.webhook_backoff_max_seconds,
+        timeout_s=args.webhook_timeout_seconds, poll_s=args.webhook_poll_seconds,
+        max_in_flight=args.webhook_max_in_flight, max_endpoints_per_key=args.webhook_max_endpoints,
+    )
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -156,3 +156,23 @@ def test_model_card(sqlite_db: str) -> None:
         r = httpx.get(f"{s.url}/v1/models/{ident.name}@nope", headers=auth(a), timeout=30)
         err = r.json()["error"]  # OpenAI's shape on this route: its code, the versions in the message
         assert r.status_code == 404 and err["code"] == "model_not_found" and ident.version in err["message"]
+
+
+def test_same_answer_as_generate_and_chat(sqlite_db: str) -> None:
+    """One adapter on the serving core: a prompt prediction is /v1/generate's answer, a messages prediction is
+    chat completions' answer (same template, same tokens), for the same seeded request."""
+    with served(sqlite_db) as s:
+        _, a = s.key(Scope.GENERATE)
+        opts = {"max_new_tokens": 6, "temperature": 0.8, "seed": 11}
+        pred = post(s.url, a, {"input": {"prompt": "Once upon"}, "options": opts}).json()
+        gen = httpx.post(f"{s.url}/v1/generate", json={"prompt": "Once upon", **opts}, headers=auth(a),
+                         timeout=60).json()
+        assert pred["result"]["token_ids"] == gen["token_ids"] and pred["result"]["text"] == gen["text"]
+        assert pred["usage"]["input_tokens"] == gen["usage"]["prompt_tokens"]
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+        pred = post(s.url, a, {"input": {"messages": messages}, "options": opts}).json()
+        chat = httpx.post(f"{s.url}/v1/chat/completions", json={
+            "model": pred["model"]["name"], "messages": messages, "max_tokens": 6, "temperature": 0.8, "seed": 11,
+        }, headers=auth(a), timeout=60).json()
+        assert pred["result"]["text"] == chat["choices"][0]["message"]["content"]
+        assert pred["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"]

@@ -4,6 +4,7 @@ the pinned address with the Host header kept, and SSRF refusals."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +37,8 @@ def register(s: Served, secret: str, url: str, types: list[str] | None = None) -
 
 
 def log_of(s: Served, secret: str, subject: str) -> list[dict[str, Any]]:
-    r = httpx.get(f"{s.url}/v1/webhook-deliveries", params={"subject": subject}, headers=auth(secret), timeout=30)
+    r = httpx.get(f"{s.url}/v1/webhook-deliveries", params={"subject": subject, "limit": 100}, headers=auth(secret),
+                  timeout=30)
     assert r.status_code == 200, r.text
     data: list[dict[str, Any]] = r.json()["data"]
     return data
@@ -123,6 +125,26 @@ def test_the_checked_address_is_used_and_the_host_header_kept(db_url: str) -> No
         assert rx.got[0].headers["host"] == f"hooks.example.test:{port}"
 
 
+def test_the_address_is_checked_again_at_every_attempt(db_url: str) -> None:
+    """A name that resolved to an allowed address at registration and to another one later (DNS rebinding)
+    is refused at the attempt: nothing is sent, and the log says why."""
+    answers = {"hooks.example.test": "127.0.0.1"}
+
+    async def fake_dns(host: str, port: int) -> list[str]:
+        return [answers[host]]
+
+    with receiver(200) as rx, server(db_url, dataclasses.replace(FAST, max_attempts=2)) as (s, key, secret):
+        s.srv.state.webhooks.guard = Guard(FAST.allow_networks, fake_dns)
+        port = rx.url.rsplit(":", 1)[1]
+        assert register(s, secret, f"http://hooks.example.test:{port}/h").status_code == 201
+        answers["hooks.example.test"] = "10.9.8.7"  # now private, and not allow-listed
+        s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "b"}, subject="rebind")
+        poll_until(lambda: settled(s, secret, "rebind") is not None)
+        row = settled(s, secret, "rebind")
+        assert row is not None and row["status"] == "failed" and rx.count() == 0
+        assert all("non-public" in a["error"] and a["status_code"] is None for a in row["log"])
+
+
 @pytest.mark.parametrize(("url", "code"), [
     ("http://127.0.0.1:9/x", "url_not_allowed"),
     ("http://10.1.2.3/", "url_not_allowed"),
@@ -165,3 +187,15 @@ def test_delete_scope_limits_and_validation(db_url: str) -> None:
         assert httpx.delete(gone, headers=auth(secret), timeout=30).status_code == 404
         listed = httpx.get(f"{s.url}/v1/webhook-endpoints", headers=auth(secret), timeout=30).json()["data"]
         assert len(listed) == 1 and "secret" in json.dumps(listed) and listed[0]["secret"] is None
+
+
+def test_two_replicas_send_each_attempt_once(db_url: str) -> None:
+    """Two servers on one database both run a dispatcher; every event reaches the receiver exactly once."""
+    with receiver(200) as rx, server(db_url) as (s, key, secret), served(db_url, Config(webhooks=FAST)) as s2:
+        register(s, secret, rx.url + "/both")
+        events = [f"evt_r{i}" for i in range(20)]
+        for i, ev in enumerate(events):  # half queued through each replica
+            (s if i % 2 else s2).srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": ev}, subject="two",
+                                                            event_id=ev)
+        poll_until(lambda: sum(d["status"] == "delivered" for d in log_of(s, secret, "two")) == len(events))
+        assert sorted(g.headers["webhook-id"] for g in rx.got) == sorted(events)

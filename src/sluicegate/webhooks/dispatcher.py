@@ -138,6 +138,9 @@ class Webhooks:
             error = "timed out"
         except httpx.HTTPError as exc:
             error = f"could not connect ({type(exc).__name__})"
+        except Exception:  # a bug, or a URL httpx will not send: record it, never leave the row leased forever
+            log.exception("webhook delivery %d failed unexpectedly", c.id)
+            error = "internal error; the server log has the detail"
         ms = (time.perf_counter() - t0) * 1e3
         if code is not None and 200 <= code < 300:
             await asyncio.to_thread(db.record_attempt, self.store, c, status=db.DELIVERED, status_code=code,
@@ -146,9 +149,7 @@ class Webhooks:
         if code == 410:
             await asyncio.to_thread(db.record_attempt, self.store, c, status=db.FAILED, status_code=code,
                                     error="the receiver answered 410 Gone: endpoint disabled", duration_ms=ms,
-                                    retry_at=None)
-            await asyncio.to_thread(db.disable_endpoint, self.store, c.endpoint_id,
-                                    "the receiver answered 410 Gone")
+                                    retry_at=None, disable="the receiver answered 410 Gone")
             return
         if error is None:
             error = f"the receiver answered {code}" + (" (redirects are not followed)" if code and code < 400 else "")

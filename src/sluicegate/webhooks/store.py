@@ -72,13 +72,6 @@ def delete_endpoint(store: Store, key_id: str, endpoint_id: str) -> bool:
     return bool(done)
 
 
-def disable_endpoint(store: Store, endpoint_id: str, reason: str) -> None:
-    with store.session() as s, s.begin():
-        s.execute(update(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id).values(
-            disabled_at=now(), disabled_reason=reason))
-        _fail_pending(s, endpoint_id, "the endpoint was disabled")
-
-
 def _fail_pending(s: Any, endpoint_id: str, why: str) -> None:
     s.execute(update(WebhookDelivery).where(
         WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.status == PENDING
@@ -144,8 +137,9 @@ def claim_due(store: Store, limit: int, lease_s: float) -> list[Claimed]:
 
 
 def record_attempt(store: Store, c: Claimed, *, status: str, status_code: int | None, error: str | None,
-                   duration_ms: float, retry_at: dt.datetime | None) -> None:
-    """One attempt's outcome: delivered, failed for good, or pending again until `retry_at`."""
+                   duration_ms: float, retry_at: dt.datetime | None, disable: str | None = None) -> None:
+    """One attempt's outcome: delivered, failed for good, or pending again until `retry_at`. `disable`: also
+    disable the endpoint for this reason and fail what it still had queued (in the same transaction)."""
     t = now()
     entry = {"at": t.isoformat(timespec="milliseconds").replace("+00:00", "Z"), "status_code": status_code,
              "error": error, "duration_ms": round(duration_ms, 1)}
@@ -157,6 +151,10 @@ def record_attempt(store: Store, c: Claimed, *, status: str, status_code: int | 
         values["delivered_at"] = t
     with store.session() as s, s.begin():
         s.execute(update(WebhookDelivery).where(WebhookDelivery.id == c.id).values(**values))
+        if disable is not None:
+            s.execute(update(WebhookEndpoint).where(WebhookEndpoint.id == c.endpoint_id).values(
+                disabled_at=t, disabled_reason=disable))
+            _fail_pending(s, c.endpoint_id, "the endpoint was disabled")
 
 
 def deliveries(store: Store, key_id: str, *, endpoint_id: str | None = None, subject: str | None = None,
