@@ -43,7 +43,7 @@ def test_concurrent_leases_never_share_an_item(store: Store) -> None:
 
     def grab(owner: str) -> None:
         got: list[int] = []
-        while batch := jobs.lease(owner, 3, 60):
+        while batch := jobs.leases.lease(owner, 3, 60):
             got += [x.id for x in batch]
         taken[owner] = got
 
@@ -59,13 +59,13 @@ def test_concurrent_leases_never_share_an_item(store: Store) -> None:
 def test_a_result_is_written_once_and_only_under_the_writers_lease(store: Store) -> None:
     jobs = JobStore(store)
     job = make_job(jobs, 2)
-    (a,) = jobs.lease("old", 1, 0.01)
+    (a,) = jobs.leases.lease("old", 1, 0.01)
     time.sleep(0.05)  # the lease expires (a dead worker)
-    (b,) = jobs.lease("new", 1, 60)
+    (b,) = jobs.leases.lease("new", 1, 60)
     assert a.id == b.id and b.attempts == 2  # the expired lease is taken over first (oldest item)
-    assert not jobs.finish_item("old", a.id, S.DONE, 200, {"x": 1})  # the old owner writes nothing
-    assert jobs.finish_item("new", b.id, S.DONE, 200, {"x": 2})
-    assert not jobs.finish_item("new", b.id, S.DONE, 200, {"x": 3})  # and never twice
+    assert not jobs.leases.finish_item("old", a.id, S.DONE, 200, {"x": 1})  # the old owner writes nothing
+    assert jobs.leases.finish_item("new", b.id, S.DONE, 200, {"x": 2})
+    assert not jobs.leases.finish_item("new", b.id, S.DONE, 200, {"x": 3})  # and never twice
     (item, _other) = jobs.items(job, after_line=0, limit=10)
     assert item.result_writes == 1 and item.result == '{"x": 2}' and item.finished_by == "new"
 
@@ -73,21 +73,21 @@ def test_a_result_is_written_once_and_only_under_the_writers_lease(store: Store)
 def test_release_hands_leases_back_at_once(store: Store) -> None:
     jobs = JobStore(store)
     make_job(jobs, 3)
-    assert len(jobs.lease("leaving", 3, 600)) == 3
-    assert jobs.lease("other", 3, 600) == []
-    assert jobs.release("leaving") == 3
-    again = jobs.lease("other", 3, 600)
+    assert len(jobs.leases.lease("leaving", 3, 600)) == 3
+    assert jobs.leases.lease("other", 3, 600) == []
+    assert jobs.leases.release("leaving") == 3
+    again = jobs.leases.lease("other", 3, 600)
     assert len(again) == 3 and {x.attempts for x in again} == {1}  # a hand-back is not a failed attempt
 
 
 def test_cancel_then_finalize(store: Store) -> None:
     jobs = JobStore(store)
     job = make_job(jobs, 3)
-    (running,) = jobs.lease("w", 1, 600)
+    (running,) = jobs.leases.lease("w", 1, 600)
     assert jobs.cancel(job)
-    assert jobs.lease("w2", 5, 600) == []  # pending items never start
+    assert jobs.leases.lease("w2", 5, 600) == []  # pending items never start
     assert jobs.ready_to_finalize(60) == []  # one item still runs
-    assert jobs.finish_item("w", running.id, S.ITEM_CANCELLED, None, None)
+    assert jobs.leases.finish_item("w", running.id, S.ITEM_CANCELLED, None, None)
     assert jobs.ready_to_finalize(60) == [job]
     claimed = jobs.claim_finalize(job, 60)
     assert claimed is not None and jobs.claim_finalize(job, 60) is None  # one finalizer
@@ -122,13 +122,13 @@ def test_files_round_trip_in_chunks(store: Store) -> None:
 def test_a_job_past_its_window_expires(store: Store) -> None:
     jobs = JobStore(store)
     job = make_job(jobs, 3)
-    (running,) = jobs.lease("w", 1, 600)
+    (running,) = jobs.leases.lease("w", 1, 600)
     with store.session() as s, s.begin():
         s.execute(update(BatchJob).where(BatchJob.id == job).values(
             expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)))
     jobs.expire_due()
-    assert jobs.lease("w2", 5, 600) == []  # its pending items expired
-    assert jobs.finish_item("w", running.id, S.DONE, 200, {})  # the running one still finishes
+    assert jobs.leases.lease("w2", 5, 600) == []  # its pending items expired
+    assert jobs.leases.finish_item("w", running.id, S.DONE, 200, {})  # the running one still finishes
     claimed = jobs.claim_finalize(job, 60)
     assert claimed is not None and jobs.final_state(claimed) == S.EXPIRED
     out, err = render_files(jobs, FileStore(store), claimed, 3600)

@@ -1,6 +1,7 @@
 """Batch jobs with API keys, on SQLite and Postgres: the `batch` scope, a job and its files invisible to
 another key (404), batch tokens in the key's usage ledger, and a signed webhook at each job's end for both
-shapes (batch.completed, batch.cancelled), verified with the Standard Webhooks verifier."""
+shapes (batch.completed; batch.failed for a batch that failed validation), verified with the Standard
+Webhooks verifier."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_scope_isolation_usage_and_webhooks(db_url: str) -> None:
         me = httpx.Client(base_url=s.url, headers=auth(secret), timeout=30)
         other = httpx.Client(base_url=s.url, headers=auth(other_secret), timeout=30)
         hook = me.post("/v1/webhook-endpoints", json={"url": rx.url + "/hook",
-                                                      "event_types": ["batch.completed", "batch.cancelled"]})
+                                                      "event_types": ["batch.completed", "batch.failed"]})
         assert hook.status_code == 201, hook.text
         verifier = Webhook(hook.json()["secret"])
 
@@ -49,6 +50,11 @@ def test_scope_isolation_usage_and_webhooks(db_url: str) -> None:
         assert other.get(f"/v1/batches/{b['id']}").status_code == 404
         assert other.post(f"/v1/batches/{b['id']}/cancel").status_code == 404
 
+        bad = me.post("/v1/files", files={"file": ("b.jsonl", io.BytesIO(b"{oops\n"))}, data={"purpose": "batch"})
+        failed = me.post("/v1/batches", json={"input_file_id": bad.json()["id"], "endpoint": "/v1/chat/completions",
+                                              "completion_window": "24h"}).json()
+        assert failed["status"] == "failed"
+
         seed = me.post("/v1/batch-predictions", json=[{"input": {"prompt": "y"}, "options": {"max_new_tokens": 2}}])
         assert other.get(f"/v1/batch-predictions/{seed.json()['id']}").status_code == 404
         assert other.delete(f"/v1/batch-predictions/{seed.json()['id']}").status_code == 404
@@ -58,11 +64,11 @@ def test_scope_isolation_usage_and_webhooks(db_url: str) -> None:
 
         def events() -> list[dict[str, Any]] | None:
             got = [json.loads(x.body) for x in rx.got]
-            return got if len(got) >= 2 else None
+            return got if len(got) >= 3 else None
 
-        got = wait_for(events, what="two webhook deliveries")
+        got = wait_for(events, what="three webhook deliveries")
         assert sorted((e["type"], e["data"]["id"]) for e in got) == sorted(
-            [("batch.completed", b["id"]), ("batch.completed", seed.json()["id"])])
+            [("batch.completed", b["id"]), ("batch.completed", seed.json()["id"]), ("batch.failed", failed["id"])])
         for req in rx.got:
             verifier.verify(req.body, req.headers)  # raises on a bad signature
 

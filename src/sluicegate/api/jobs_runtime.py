@@ -42,7 +42,7 @@ class JobsRuntime:
             return render_files(self.jobs, self.files, job, output_ttl)
 
         self.worker = Worker(self.jobs, handlers(served), slots=slots, lease_s=c.lease_s, poll_s=c.poll_s,
-                             finalizer=finalize, on_usage=self._usage, on_final=self._final)
+                             finalizer=finalize, on_usage=self._usage, on_final=self.announce)
         self.worker.start()
         self._prune = asyncio.create_task(self._prune_loop())
 
@@ -69,7 +69,7 @@ class JobsRuntime:
         self.ledger.record(key_id, route, u.prompt_tokens, u.cached_tokens, u.generated_tokens,
                            outcome.status_code, request_id=request_id)
 
-    def _final(self, job: BatchJob, final: str) -> None:
+    def announce(self, job: BatchJob, final: str) -> None:
         """The job's end as a webhook event (OpenAI's name, for both shapes), queued in the store; the event id
         is stable per job and state, so announcing twice (a finalizer that crashed) queues it once."""
         event = EVENTS[final]

@@ -27,7 +27,8 @@ from typing import Any
 
 from sluicegate.engine.types import Priority
 from sluicegate.jobs import states as S
-from sluicegate.jobs.store import JobStore, Lease
+from sluicegate.jobs.leases import Lease
+from sluicegate.jobs.store import JobStore
 from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.store.models import BatchJob
 
@@ -110,7 +111,7 @@ class Worker:
         if self._loop_task is not None:
             await asyncio.gather(self._loop_task, return_exceptions=True)
         try:
-            n = await asyncio.to_thread(self.jobs.release, self.owner)
+            n = await asyncio.to_thread(self.jobs.leases.release, self.owner)
             if n:
                 log.info("handed back %d batch item leases", n)
         except Exception:
@@ -131,7 +132,7 @@ class Worker:
                 await self._finalize_ready()
                 free = self.slots - len(self._running)
                 if free > 0 and now >= self._backoff_until:
-                    for lease in await asyncio.to_thread(self.jobs.lease, self.owner, free, self.lease_s):
+                    for lease in await asyncio.to_thread(self.jobs.leases.lease, self.owner, free, self.lease_s):
                         task = asyncio.create_task(self._item(lease))
                         self._running[lease.id] = _Running(lease, task)
             except asyncio.CancelledError:
@@ -146,7 +147,7 @@ class Worker:
         ids = list(self._running)
         if not ids:
             return
-        await asyncio.to_thread(self.jobs.renew, self.owner, ids, self.lease_s)
+        await asyncio.to_thread(self.jobs.leases.renew, self.owner, ids, self.lease_s)
         job_ids = list({r.lease.job_id for r in self._running.values()})
         for job_id, (state, *_rest) in (await asyncio.to_thread(self.jobs.jobs_states, job_ids)).items():
             if state == S.CANCELLING:
@@ -205,7 +206,7 @@ class Worker:
             return
         if outcome.status_code == RETRY_STATUS:  # the engine is full or stopping: run it later
             self._backoff_until = time.monotonic() + self.poll_s * 4
-            await asyncio.shield(asyncio.to_thread(self.jobs.release_item, self.owner, lease.id))
+            await asyncio.shield(asyncio.to_thread(self.jobs.leases.release_item, self.owner, lease.id))
             return
         state = S.DONE if outcome.ok else S.ITEM_FAILED
         if await self._write(lease, state, outcome.status_code, outcome.body, outcome):
@@ -214,8 +215,8 @@ class Worker:
     async def _write(self, lease: Lease, state: str, status: int | None, body: Any,
                      outcome: Outcome | None = None) -> bool:
         u = outcome.usage if outcome is not None else TokenUsage()
-        written = await asyncio.shield(asyncio.to_thread(
-            self.jobs.finish_item, self.owner, lease.id, state, status, body, u.prompt_tokens, u.generated_tokens))
+        written = await asyncio.shield(asyncio.to_thread(self.jobs.leases.finish_item, self.owner, lease.id, state,
+                                                         status, body, u.prompt_tokens, u.generated_tokens))
         if written:
             self.written += 1
         else:

@@ -61,8 +61,11 @@ async def create_batch(request: Request) -> Response:
             create_openai, state.batch.jobs, files, state.config.jobs, state.config.limits.estimate_new_tokens,
             key_id=ctx.key_id, input_file_id=req.input_file_id, endpoint=req.endpoint,
             window=req.completion_window, meta=req.metadata)
+        view = await _view(state, job_id, ctx.key_id)
+        if view.job.status == "failed":  # validation failed it: announced now, as the finalizer does the others
+            await asyncio.to_thread(state.batch.announce, view.job, "failed")
         state.batch.wake()
-        return json_reply(batch_object(await _view(state, job_id, ctx.key_id)), ctx)
+        return json_reply(batch_object(view), ctx)
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
 
