@@ -136,3 +136,17 @@ def test_a_job_past_its_window_expires(store: Store) -> None:
     assert out is not None and err is not None
     lines = list(FileStore(store).lines(err))
     assert len(lines) == 2 and all(b"batch_expired" in x for x in lines)
+
+
+def test_files_expire_and_are_pruned(store: Store) -> None:
+    files = FileStore(store)
+    old = files.begin("k", "batch", "old.jsonl", -1.0)  # already past its expiry
+    Writer(files, old).close()
+    kept = files.begin("k", "batch", "kept.jsonl", None)
+    w = Writer(files, kept)
+    w.write(b"{}\n")
+    w.close()
+    assert files.get(old, "k") is None and files.get(kept, "k") is not None
+    assert [f.id for f in files.list_files("k", purpose="batch", limit=10, after=None, newest_first=True)] == [kept]
+    assert files.prune() == 1
+    assert files.chunk(old, 0) is None and files.get(kept, "k") is not None

@@ -52,6 +52,9 @@ def test_file_bytes_refused_while_streaming_with_the_number(client: httpx.Client
     r = upload(client, b"x" * 4001)
     assert r.status_code == 413 and r.json()["error"]["code"] == "file_too_large"
     assert "4000 bytes" in r.json()["error"]["message"]
+    for size in (30_000, 3_000_000):  # past the route's limit, then past the middleware's: a clean 413 either way
+        r = upload(client, b"x" * size)
+        assert r.status_code == 413 and r.json()["error"]["type"] == "body_too_large"
     assert all(f["bytes"] != 4001 for f in client.get("/v1/files").json()["data"])  # nothing half-written listed
     # the upload route takes more than the JSON routes' 2000 bytes: it has its own limit
     assert upload(client, jsonl([chat_line(i) for i in range(3)]) + b" " * 1500).status_code == 200

@@ -10,6 +10,7 @@ no file behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ from sluicegate.jobs.files import FileStore, Writer
 from sluicegate.serving.errors import ApiError
 
 MAX_FIELD = 1024
+DRAIN_S = 10.0
 
 
 def too_large(limit: int) -> ApiError:
@@ -92,6 +94,16 @@ def boundary_of(content_type: str) -> bytes:
     return opts[b"boundary"]
 
 
+async def _drain(stream: AsyncIterator[bytes]) -> None:
+    """Read what the client still sends (discarded) so it receives the 413 instead of a reset connection;
+    bounded: the body-limit middleware stops the stream a little past the file limit (UPLOAD_OVERHEAD), and
+    this waits at most DRAIN_S for it."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in stream:
+                pass
+
+
 async def multipart_file(stream: AsyncIterator[bytes], content_type: str, files: FileStore, *,
                          key_id: str | None, limit: int, ttl_s: float | None) -> tuple[str, int, dict[str, str]]:
     """Store the `file` part; returns (file id, bytes, the other fields). The file row's purpose is set from
@@ -110,6 +122,7 @@ async def multipart_file(stream: AsyncIterator[bytes], content_type: str, files:
                                                   ttl_s)
                     writer = Writer(files, fid)
                 if writer.size + len(data) > limit:
+                    await _drain(stream)
                     raise too_large(limit)
                 await asyncio.to_thread(writer.write, data)
         parser.finalize()
