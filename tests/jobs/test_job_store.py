@@ -150,3 +150,12 @@ def test_files_expire_and_are_pruned(store: Store) -> None:
     assert [f.id for f in files.list_files("k", purpose="batch", limit=10, after=None, newest_first=True)] == [kept]
     assert files.prune() == 1
     assert files.chunk(old, 0) is None and files.get(kept, "k") is not None
+
+
+def test_jobs_share_the_worker_line_by_line(store: Store) -> None:
+    jobs = JobStore(store)
+    big = make_job(jobs, 6)
+    small = make_job(jobs, 2)
+    got = jobs.leases.lease("w", 4, 600)
+    assert sorted((x.job_id == small, x.line) for x in got) == [(False, 1), (False, 2), (True, 1), (True, 2)]
+    assert {x.job_id for x in jobs.leases.lease("w", 10, 600)} == {big}

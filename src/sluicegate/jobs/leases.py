@@ -1,12 +1,14 @@
 """Item leases: taking items, renewing and handing them back, and writing each result once.
 
-Leasing takes the oldest open items (pending, or leased with an expired lease) in one statement that marks
-them leased by the caller until `lease_until`: on Postgres `UPDATE ... WHERE id IN (SELECT ... FOR UPDATE
-SKIP LOCKED)`, so replicas never wait on each other's rows and never take the same one; on SQLite the same
-UPDATE without the locking clause, which SQLite runs under its single database write lock (one writer at a
-time: the equivalent). A result is written by `finish_item` only where the row is still leased by the
-caller (a conditional UPDATE): a worker whose lease was taken over writes nothing, so each item's result is
-written exactly once (`result_writes` counts the writes, `finished_by` names the writer).
+Leasing takes open items (pending, or leased with an expired lease) line by line across jobs (every job's
+first line, then every job's second, the older job first within a line: a small job submitted behind a large
+one finishes without waiting for it), in one statement that marks them leased by the caller until
+`lease_until`: on Postgres `UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)`, so replicas never
+wait on each other's rows and never take the same one; on SQLite the same UPDATE without the locking clause,
+which SQLite runs under its single database write lock (one writer at a time: the equivalent). A result is
+written by `finish_item` only where the row is still leased by the caller (a conditional UPDATE): a worker
+whose lease was taken over writes nothing, so each item's result is written exactly once (`result_writes`
+counts the writes, `finished_by` names the writer).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class Leases:
         now = utcnow()
         i = BatchItem
         sub = select(i.id).where((i.state == S.PENDING) | ((i.state == S.LEASED) & (i.lease_until < now)))
-        sub = sub.order_by(i.id).limit(n)
+        sub = sub.order_by(i.line, i.id).limit(n)  # round robin across jobs: each job's next line in turn
         if not self.store.is_sqlite:
             sub = sub.with_for_update(skip_locked=True)
         stmt = (update(i).where(i.id.in_(sub.scalar_subquery()))

@@ -193,10 +193,10 @@ class BatchItem(Base):
 
     __tablename__ = "batch_items"
     __table_args__ = (Index("ix_batch_items_job_id_line", "job_id", "line"),
-                      Index("ix_batch_items_state_id", "state", "id"),
+                      Index("ix_batch_items_state_line_id", "state", "line", "id"),
                       Index("ix_batch_items_owner", "owner"))
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)  # also the FIFO order
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)  # within a line, lease order
     job_id: Mapped[str] = mapped_column(String(40), ForeignKey("batch_jobs.id", ondelete="CASCADE"))
     line: Mapped[int] = mapped_column(Integer)  # 1-based line (or list index + 1) in the job's input
     custom_id: Mapped[str | None] = mapped_column(String(512))

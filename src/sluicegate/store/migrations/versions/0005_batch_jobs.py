@@ -89,7 +89,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_batch_items"),
     )
     op.create_index("ix_batch_items_job_id_line", "batch_items", ["job_id", "line"])
-    op.create_index("ix_batch_items_state_id", "batch_items", ["state", "id"])
+    op.create_index("ix_batch_items_state_line_id", "batch_items", ["state", "line", "id"])
     op.create_index("ix_batch_items_owner", "batch_items", ["owner"])
 
 
