@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sluicegate.config import JobsConfig
-from sluicegate.jobs.files import FileStore
+from sluicegate.jobs.files import FileStore, LineSplitter
 from sluicegate.jobs.intake import PAGE, SEED_ENDPOINT, Intake, TooManyItems
 from sluicegate.jobs.limits import check_concurrency, check_tokens, too_many_items
 from sluicegate.jobs.store import JobStore
@@ -102,32 +103,29 @@ class SeedJob:
         await self._guarded(self._begin)
         intake = self.intake
         assert intake is not None
-        rest, line = b"", 0
-        page: list[tuple[int, bytes]] = []
+        split = LineSplitter()
+        page: list[bytes | None] = []
+        first = 1  # the line number of page[0]
 
-        def add(lines: list[tuple[int, bytes]], last: bool = False) -> None:
-            for n, raw in lines:
+        def add(lines: list[bytes | None], start: int, last: bool = False) -> None:
+            for n, raw in enumerate(lines, start):
                 intake.seed_line(n, raw)
             if last:
                 self._finish()
 
         try:
             async for chunk in stream:
-                rest += chunk
-                *whole, rest = rest.split(b"\n")
-                for raw in whole:
-                    line += 1
-                    page.append((line, raw))
+                page += split.feed(chunk)
                 if len(page) >= PAGE:
-                    batch, page = page, []
-                    await self._guarded(lambda b=batch: add(b))  # type: ignore[misc]
+                    batch, start = page, first
+                    page, first = [], first + len(batch)
+                    await self._guarded(functools.partial(add, batch, start))
         except BaseException:
             if self.job_id:
                 await asyncio.shield(asyncio.to_thread(self.jobs.discard, self.job_id))
             raise
-        if rest.strip():
-            page.append((line + 1, rest))
-        await self._guarded(lambda: add(page, last=True))
+        page += split.end()
+        await self._guarded(functools.partial(add, page, first, last=True))
         return self.job_id
 
 

@@ -24,6 +24,7 @@ from sluicegate.store.models import BatchFile, BatchFileChunk, BatchJob, UTCDate
 
 CHUNK = 256 << 10  # bytes per stored chunk
 UPLOADING = -1  # `bytes` of a file still being written
+MAX_LINE = 1 << 20  # one input line (one request), in bytes: the JSON routes' own body limit
 
 
 def new_id(prefix: str) -> str:
@@ -130,15 +131,13 @@ class FileStore:
             yield data
             seq += 1
 
-    def lines(self, file_id: str) -> Iterator[bytes]:
-        """The file's lines, without their line ends (a line may span chunks)."""
-        rest = b""
+    def lines(self, file_id: str, max_line: int = MAX_LINE) -> Iterator[bytes | None]:
+        """The file's lines, without their line ends (a line may span chunks); None for a line over
+        `max_line` bytes (never held)."""
+        split = LineSplitter(max_line)
         for data in self.chunks(file_id):
-            rest += data
-            *whole, rest = rest.split(b"\n")
-            yield from (w.rstrip(b"\r") for w in whole)
-        if rest.strip():
-            yield rest.rstrip(b"\r")
+            yield from split.feed(data)
+        yield from split.end()
 
     def bytes_of_key(self, key_id: str | None) -> int:
         """Bytes of the key's files (uploads and outputs), expired ones excepted."""
@@ -168,6 +167,40 @@ class FileStore:
         with session_of(self.store) as s:
             return s.execute(select(BatchJob.id).where(
                 BatchJob.input_file_id == file_id, BatchJob.status.in_(ACTIVE)).limit(1)).first() is not None
+
+
+class LineSplitter:
+    """Lines out of chunks as they arrive, holding at most `max_line` bytes of an unfinished line: a longer
+    line comes out as None (and its bytes are dropped up to its end), so no input can make it hold more."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self.max_line = max_line
+        self._rest = bytearray()
+        self._skipping = False
+
+    def feed(self, data: bytes) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        start = 0
+        while (nl := data.find(b"\n", start)) >= 0:
+            if self._skipping:
+                self._skipping = False
+            else:
+                self._rest += data[start:nl]
+                out.append(None if len(self._rest) > self.max_line else bytes(self._rest).rstrip(b"\r"))
+            self._rest.clear()
+            start = nl + 1
+        if not self._skipping:
+            self._rest += data[start:]
+            if len(self._rest) > self.max_line:
+                out.append(None)
+                self._rest.clear()
+                self._skipping = True
+        return out
+
+    def end(self) -> list[bytes | None]:
+        rest = bytes(self._rest).rstrip(b"\r")
+        self._rest.clear()
+        return [rest] if rest.strip() else []
 
 
 class Writer:

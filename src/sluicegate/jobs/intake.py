@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.jobs import states as S
+from sluicegate.jobs.files import MAX_LINE
 from sluicegate.jobs.store import JobStore
 from sluicegate.serving import predictions
 from sluicegate.serving.errors import ApiError
@@ -75,7 +76,9 @@ class Intake:
             self.errors.append({"code": code, "message": message, "param": param, "line": line})
 
     # -- OpenAI ------------------------------------------------------------------------------------------
-    def openai_line(self, line: int, raw: bytes, endpoint: str) -> None:
+    def openai_line(self, line: int, raw: bytes | None, endpoint: str) -> None:
+        if raw is None:
+            return self._error(line, "line_too_long", f"The line is over {MAX_LINE} bytes.")
         if not raw.strip():
             return
         try:
@@ -122,7 +125,12 @@ class Intake:
         self.est_tokens += estimate_tokens(obj, len(text), self.estimate_new)
         self._add({"line": line, "custom_id": None, "body": text})
 
-    def seed_line(self, line: int, raw: bytes) -> None:
+    def seed_line(self, line: int, raw: bytes | None) -> None:
+        if raw is None:
+            self._add({"line": line, "state": S.ITEM_FAILED, "status_code": 413, "result_writes": 1,
+                       "result": json.dumps({"line": line, "code": "line_too_long",
+                                             "message": f"this line is over {MAX_LINE} bytes"})})
+            return
         if not raw.strip():
             return
         try:
