@@ -19,6 +19,7 @@ from sqlalchemy import delete, func, insert, literal, select, tuple_, update
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from sluicegate.jobs.states import ACTIVE
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchFile, BatchFileChunk, BatchJob, UTCDateTime
 
@@ -162,8 +163,6 @@ class FileStore:
 
     def in_use(self, file_id: str) -> bool:
         """Whether an unfinished job reads this file (it cannot be deleted under it)."""
-        from sluicegate.jobs.states import ACTIVE
-
         with session_of(self.store) as s:
             return s.execute(select(BatchJob.id).where(
                 BatchJob.input_file_id == file_id, BatchJob.status.in_(ACTIVE)).limit(1)).first() is not None
