@@ -72,7 +72,7 @@ def truncate(url: str) -> None:
     engine = create_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(text("TRUNCATE usage, idempotency_keys, api_keys, predictions, webhook_deliveries, "
-                              "webhook_endpoints"))
+            conn.execute(text("TRUNCATE usage, idempotency_keys, batch_items, batch_jobs, batch_file_chunks, "
+                              "batch_files, api_keys, predictions, webhook_deliveries, webhook_endpoints"))
     finally:
         engine.dispose()

@@ -1,4 +1,4 @@
-"""`sluicegate serve | keys | db | probe | compat`."""
+"""`sluicegate serve | keys | db | jobs | probe | compat`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from sluicegate import cli_store
+from sluicegate import cli_jobs, cli_store
 from sluicegate.config import (
     AuthConfig,
     Config,
@@ -87,6 +87,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--idempotency-ttl-hours", type=positive_hours, default=IdempotencyConfig().ttl_hours,
                    help="how long the answer to a request with an Idempotency-Key is kept and replayed")
     wh = WebhookConfig()
+    cli_jobs.add_serve_args(p)
     p.add_argument("--webhook-allow-network", action="append", default=[], metavar="CIDR",
                    help="let webhook URLs reach this private, loopback or link-local address or network "
                         "(repeatable; default: public addresses only)")
@@ -158,6 +159,7 @@ def serve(args: argparse.Namespace) -> int:
                                   default_tpm=args.default_tpm, default_burst=args.default_burst),
         idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
         webhooks=webhooks_from_args(args),
+        jobs=cli_jobs.config_from_args(args),
         host=args.host, port=args.port,
         allowed_hosts=None if args.allowed_hosts is None else tuple(args.allowed_hosts),
     )
@@ -198,11 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     cli_store.add_parsers(sub)
+    cli_jobs.add_parsers(sub)
     sub.add_parser("probe", help="grade a server's boundary with awkward requests (probe --help)")
     sub.add_parser("compat", help="classify schema changes as compatible or breaking (compat --help)")
     args = parser.parse_args(argv)
     if args.command in ("keys", "db"):
         return cli_store.run(args)
+    if args.command == "jobs":
+        return cli_jobs.run(args)
     return serve(args)
 
 

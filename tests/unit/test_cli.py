@@ -38,6 +38,21 @@ def test_the_idempotency_ttl_flag() -> None:
             parse("--idempotency-ttl-hours", bad)
 
 
+def test_every_batch_field_has_a_flag() -> None:
+    from sluicegate import cli_jobs
+    from sluicegate.config import JobsConfig
+
+    assert cli_jobs.config_from_args(parse()) == JobsConfig()
+    args = parse("--batch-max-items", "5", "--batch-max-file-bytes", "1000", "--batch-max-concurrent-jobs", "2",
+                 "--batch-max-enqueued-tokens", "900", "--batch-worker-slots", "3", "--batch-lease-seconds", "7",
+                 "--batch-poll-seconds", "0.2", "--batch-file-ttl-hours", "1", "--batch-output-ttl-hours", "2")
+    got = cli_jobs.config_from_args(args)
+    assert got == JobsConfig(max_items_per_job=5, max_file_bytes=1000, max_concurrent_jobs=2,
+                             max_enqueued_tokens=900, worker_slots=3, lease_s=7.0, poll_s=0.2, file_ttl_hours=1.0,
+                             output_ttl_hours=2.0)
+    assert all(getattr(got, f.name) != f.default for f in dataclasses.fields(JobsConfig))  # each flag reaches it
+
+
 def test_every_webhook_setting_has_a_flag() -> None:
     assert cli.webhooks_from_args(parse()) == WebhookConfig()
     args = parse("--webhook-allow-network", "127.0.0.1", "--webhook-allow-network", "10.0.0.0/8",

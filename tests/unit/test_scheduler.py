@@ -162,7 +162,7 @@ def test_waiting_queue_bounds_requests_and_tokens() -> None:
     assert not s.has_room(1)
 
 
-def test_interactive_requests_go_before_batch_ones_until_batch_ones_age() -> None:
+def test_interactive_requests_go_before_batch_ones_however_long_they_waited() -> None:
     s = make(n_slots=1, batch_aging_s=10.0)
     old_batch = seq(4, priority=Priority.BATCH, arrival=0.0)
     s.add(old_batch)
@@ -171,10 +171,23 @@ def test_interactive_requests_go_before_batch_ones_until_batch_ones_age() -> Non
     step(s, now=2.0)
     assert newer.status is SeqStatus.RUNNING and old_batch.status is SeqStatus.WAITING
     s.finish(newer, FinishReason.CANCELLED, 2.0)
-    fresh = seq(4, arrival=11.0)
+    fresh = seq(4, arrival=100.0)
     s.add(fresh)
-    step(s, now=11.0)  # the batch request has waited 11 s >= 10 s: it now counts as interactive, and is older
-    assert old_batch.status is SeqStatus.RUNNING and fresh.status is SeqStatus.WAITING
+    step(s, now=100.0)  # the batch request has waited 100 s, far past its aging: it is still not promoted
+    assert fresh.status is SeqStatus.RUNNING and old_batch.status is SeqStatus.WAITING
+
+
+def test_batch_requests_age_among_themselves() -> None:
+    s = make(n_slots=2, batch_aging_s=10.0)
+    busy = seq(4, max_new=500, priority=Priority.BATCH, tenant="b", arrival=0.0)
+    s.add(busy)
+    step(s, now=0.0)  # tenant b holds one slot from now on
+    old_b = seq(4, priority=Priority.BATCH, tenant="b", arrival=0.0)
+    young_a = seq(4, priority=Priority.BATCH, tenant="a", arrival=19.0)
+    s.add(old_b)
+    s.add(young_a)
+    step(s, now=20.0)  # without aging tenant a (nothing running) would go first; old_b has aged past 10 s
+    assert old_b.status is SeqStatus.RUNNING and young_a.status is SeqStatus.WAITING
 
 
 def test_a_tenant_with_many_requests_does_not_starve_another() -> None:

@@ -18,9 +18,21 @@ from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
 from sluicegate.api.middleware.trusted_host import HostRule, TrustedHostMiddleware, document_trusted_host
-from sluicegate.api.routes import generate, health, metrics, openai, predictions, usage, webhooks
+from sluicegate.api.routes import (
+    batch_predictions,
+    batches,
+    files,
+    generate,
+    health,
+    metrics,
+    openai,
+    predictions,
+    usage,
+    webhooks,
+)
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.config import Config
+from sluicegate.protocol.batches import BatchCreateRequest
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_completions import CompletionRequest
@@ -29,7 +41,7 @@ from sluicegate.protocol.webhooks import WebhookEndpointCreate
 from sluicegate.store.db import Store
 
 REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest,
-                                         PredictionRequest, WebhookEndpointCreate]
+                                         PredictionRequest, WebhookEndpointCreate, BatchCreateRequest]
 
 
 def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None) -> FastAPI:
@@ -58,7 +70,11 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(usage.router)
     app.include_router(predictions.router)
     app.include_router(webhooks.router)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes)
+    app.include_router(files.router)
+    app.include_router(batches.router)
+    app.include_router(batch_predictions.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes,
+                       upload_bytes=config.jobs.max_file_bytes)
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
     app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused
     # Outside everything but the request context: a foreign Host (DNS rebinding) reaches no route, key check or

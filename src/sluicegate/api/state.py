@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Gauge
 from starlette.requests import HTTPConnection
 
+from sluicegate.api.jobs_runtime import JobsRuntime
 from sluicegate.backends.base import ModelRunner
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
@@ -40,6 +41,7 @@ class AppState:
     ledger: UsageLedger = field(init=False)
     idempotency: IdempotencyStore = field(init=False)  # Idempotency-Key claims and stored answers
     webhooks: Webhooks = field(init=False)  # endpoints, `emit` for the job system, the delivery dispatcher
+    batch: JobsRuntime = field(init=False)  # batch jobs and files; its worker starts once the model is loaded
     _maintenance: asyncio.Task[None] | None = None  # renews this process's claims, prunes expired keys
     model: ServedModel | None = None
     engine: Engine | None = None
@@ -56,6 +58,7 @@ class AppState:
         idem = self.config.idempotency
         self.idempotency = IdempotencyStore(self.store, ttl_s=idem.ttl_hours * 3600, lease_s=idem.lease_s)
         self.webhooks = Webhooks(self.store, self.config.webhooks)
+        self.batch = JobsRuntime(self.config.jobs, self.store, self.ledger, self.webhooks)
 
     def _key_cache(self) -> KeyCache:
         a = self.config.auth
@@ -95,6 +98,7 @@ class AppState:
         engine.start()
         self.engine = engine
         self.model = ServedModel(runner, AsyncEngine(engine), budget)
+        self.batch.start(self.served, runner.limits.n_slots)
         ident = runner.identity
         log.info(
             "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,
@@ -104,6 +108,7 @@ class AppState:
             log.warning("flash attention is on: a request's tokens may depend on what is batched with it")
 
     async def close(self) -> None:
+        await self.batch.stop()  # leases handed back before the engine stops
         if self.engine is not None:
             await asyncio.to_thread(self.engine.stop, drain_s=self.config.limits.drain_s)
             self.engine.close()  # frees the model only if no step can still be running

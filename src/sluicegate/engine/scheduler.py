@@ -11,9 +11,11 @@ in docs/engine.md). So a prompt chunk is never one token and never leaves one to
 prompt is computed as one), and chunking never changes an output. The prefix cache works in whole blocks of
 `block_size` prompt tokens, its addressing unit.
 
-Waiting order (docs/engine.md): interactive before batch (a batch request that has waited longer than
-`batch_aging_s` counts as interactive); within a class, the tenant with the fewest running sequences
-first; then arrival order.
+Waiting order (docs/engine.md): every interactive request before any batch one (batch work fills idle
+capacity and is never promoted above interactive work); within the interactive class, the tenant with the
+fewest running sequences first, then arrival order; within the batch class, requests that have waited longer
+than `batch_aging_s` first (aging among batch requests only, so one tenant's flood cannot hold another's old
+items back forever), then the tenant with the fewest running sequences, then arrival order.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class SchedulerConfig:
     min_prefill_chunk: int = 16  # a prompt chunk shorter than this (unless it ends the prompt) waits a step
     max_waiting: int = 256  # requests allowed to wait for a slot; beyond it: 503 overloaded
     max_waiting_tokens: int = 1 << 20  # prompt tokens allowed to wait; beyond it: 503 overloaded
-    batch_aging_s: float = 30.0  # a batch request waiting this long is scheduled as interactive
+    batch_aging_s: float = 30.0  # a batch request waiting this long goes ahead of younger batch requests
 
 
 class SeqStatus(enum.Enum):
@@ -182,11 +184,10 @@ class Scheduler:
         running_by_tenant = Counter(s.request.tenant for s in self.running)
         aging = self.config.batch_aging_s
 
-        def key(s: Seq) -> tuple[int, int, float, int]:
-            prio = s.request.priority
-            if prio == Priority.BATCH and now - s.request.arrival >= aging:
-                prio = Priority.INTERACTIVE
-            return (int(prio), running_by_tenant[s.request.tenant], s.request.arrival, s.order)
+        def key(s: Seq) -> tuple[int, int, int, float, int]:
+            req = s.request
+            young = int(req.priority == Priority.BATCH and now - req.arrival < aging)
+            return (int(req.priority), young, running_by_tenant[req.tenant], req.arrival, s.order)
 
         return min(self.waiting, key=key)
 

@@ -126,6 +126,94 @@ class IdempotencyRecord(Base):
     body: Mapped[bytes | None] = mapped_column(LargeBinary)  # the stored body (a stream: its SSE events)
 
 
+class BatchFile(Base):
+    """A file of the batch system (docs/jobs.md): an uploaded input, or a job's output or error file.
+
+    The content lives in `batch_file_chunks`, written and read a chunk at a time (never whole in memory), so
+    every replica sharing the store serves every file.
+    """
+
+    __tablename__ = "batch_files"
+    __table_args__ = (Index("ix_batch_files_key_id_created_at", "key_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # `file-...`
+    key_id: Mapped[str | None] = mapped_column(String(32))  # the owner; None: made while auth was off
+    purpose: Mapped[str] = mapped_column(String(32))  # `batch` (uploads), `batch_output` (a job's files)
+    filename: Mapped[str] = mapped_column(String(255))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())  # None: kept until deleted
+
+
+class BatchFileChunk(Base):
+    """One piece of a file's content, in order (`seq`)."""
+
+    __tablename__ = "batch_file_chunks"
+
+    file_id: Mapped[str] = mapped_column(String(40), ForeignKey("batch_files.id", ondelete="CASCADE"),
+                                         primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class BatchJob(Base):
+    """One batch job: the internal state machine (jobs/states.py) every shape maps to its own statuses."""
+
+    __tablename__ = "batch_jobs"
+    __table_args__ = (Index("ix_batch_jobs_key_id_created_at", "key_id", "created_at"),
+                      Index("ix_batch_jobs_status", "status"))
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # `batch_...`
+    key_id: Mapped[str | None] = mapped_column(String(32))
+    shape: Mapped[str] = mapped_column(String(16))  # `openai` (/v1/batches) or `seed` (/v1/batch-predictions)
+    endpoint: Mapped[str] = mapped_column(String(64))  # what every item runs through
+    status: Mapped[str] = mapped_column(String(16))
+    completion_window: Mapped[str] = mapped_column(String(16))
+    input_file_id: Mapped[str | None] = mapped_column(String(40))
+    output_file_id: Mapped[str | None] = mapped_column(String(40))
+    error_file_id: Mapped[str | None] = mapped_column(String(40))
+    meta: Mapped[str | None] = mapped_column(Text)  # the caller's metadata, as JSON
+    errors: Mapped[str | None] = mapped_column(Text)  # validation errors, as JSON (the job failed)
+    total: Mapped[int] = mapped_column(Integer)
+    est_tokens: Mapped[int] = mapped_column(BigInteger)  # what the job was estimated to cost (enqueued tokens)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())  # created_at + the completion window
+    in_progress_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    finalizing_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    completed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    failed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    expired_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    cancelling_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    cancelled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
+class BatchItem(Base):
+    """One request of a job: pending -> leased (an owner and an expiry) -> done | failed (or cancelled,
+    expired). The result is written once: only by the lease's owner, while the lease is its own."""
+
+    __tablename__ = "batch_items"
+    __table_args__ = (Index("ix_batch_items_job_id_line", "job_id", "line"),
+                      Index("ix_batch_items_state_line_id", "state", "line", "id"),
+                      Index("ix_batch_items_owner", "owner"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)  # within a line, lease order
+    job_id: Mapped[str] = mapped_column(String(40), ForeignKey("batch_jobs.id", ondelete="CASCADE"))
+    line: Mapped[int] = mapped_column(Integer)  # 1-based line (or list index + 1) in the job's input
+    custom_id: Mapped[str | None] = mapped_column(String(512))
+    body: Mapped[str | None] = mapped_column(Text)  # the request body, as JSON (None: a bad line)
+    state: Mapped[str] = mapped_column(String(16))
+    owner: Mapped[str | None] = mapped_column(String(32))  # the worker holding the lease
+    lease_until: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # leases taken
+    result_writes: Mapped[int] = mapped_column(Integer, default=0)  # results written: 1 once finished
+    finished_by: Mapped[str | None] = mapped_column(String(32))  # the worker that wrote the result
+    status_code: Mapped[int | None] = mapped_column(Integer)  # the HTTP status its request would have had
+    result: Mapped[str | None] = mapped_column(Text)  # the response body (or error envelope), as JSON
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
 class PredictionRecord(Base):
     """One stored prediction (`/v1/predictions`): the record as answered, retrievable by the key that made it."""
 

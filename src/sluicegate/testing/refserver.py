@@ -2,6 +2,7 @@
 
     python -m sluicegate.testing.refserver --port 8123 [--max-body-bytes N] [--ctx 512] [--database-url URL]
         [--redis-url URL] [--idempotency-ttl-hours H] [--step-delay-ms MS] [--eos-slope X]
+        [--jobs-lease-s S] [--jobs-worker-slots N] [--jobs-poll-s S]
 
 `running()` starts it as a subprocess on a free port and waits for readiness; the CLI's `serve` serves only
 llama.cpp, and the reference backend needs no model file.
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from sluicegate.api.app import create_app
-    from sluicegate.config import Config, IdempotencyConfig, LimitsConfig, RateLimitConfig
+    from sluicegate.config import Config, IdempotencyConfig, JobsConfig, LimitsConfig, RateLimitConfig
 
     p = argparse.ArgumentParser(prog="refserver", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idempotency-ttl-hours", type=float, default=IdempotencyConfig().ttl_hours)
     p.add_argument("--step-delay-ms", type=float, default=0.0, help="sleep this long in every engine step")
     p.add_argument("--eos-slope", type=float, default=0.02, help="0: generations run to their max_new_tokens")
+    p.add_argument("--jobs-lease-s", type=float, default=JobsConfig().lease_s, help="batch item lease")
+    p.add_argument("--jobs-worker-slots", type=int, default=None, help="batch items run at once")
+    p.add_argument("--jobs-poll-s", type=float, default=JobsConfig().poll_s, help="idle batch worker's poll")
     p.add_argument("--log-level", default="warning")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -53,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     config = Config(limits=LimitsConfig(max_body_bytes=args.max_body_bytes),
                     ratelimit=RateLimitConfig(redis_url=args.redis_url),
-                    idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours), host=args.host, port=args.port)
+                    idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
+                    jobs=JobsConfig(lease_s=args.jobs_lease_s, worker_slots=args.jobs_worker_slots,
+                                    poll_s=args.jobs_poll_s),
+                    host=args.host, port=args.port)
     store = None
     if args.database_url:
         from sluicegate.store.db import Store

@@ -63,13 +63,34 @@ def _expects_continue(scope: Scope) -> bool:
     return any(k == b"expect" and v.lower() == b"100-continue" for k, v in scope["headers"])
 
 
+UPLOAD_OVERHEAD = 64 << 10  # multipart framing and form fields allowed beside an upload's own limit
+JSONL_TYPES = (b"application/jsonl", b"application/x-ndjson", b"application/jsonlines")
+
+
+def upload_limit(scope: Scope, file_bytes: int) -> int | None:
+    """The upload routes' own limit, exempt from the JSON one: a multipart file to `/v1/files`, a JSONL body
+    to `/v1/batch-predictions` (both streamed to the store; the routes count the file itself). None: a JSON
+    route, under the JSON limit."""
+    if scope.get("method") != "POST":
+        return None
+    path = scope.get("path")
+    if path == "/v1/files":
+        return file_bytes + UPLOAD_OVERHEAD
+    if path == "/v1/batch-predictions":
+        for key, value in scope["headers"]:
+            if key == b"content-type" and value.partition(b";")[0].strip().lower() in JSONL_TYPES:
+                return file_bytes
+    return None
+
+
 class BodyLimitMiddleware:
     def __init__(
         self, app: ASGIApp, max_bytes: int = LimitsConfig().max_body_bytes, *, drain_bytes: int = DRAIN_BYTES,
-        drain_s: float = DRAIN_S,
+        drain_s: float = DRAIN_S, upload_bytes: int | None = None,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.upload_bytes = upload_bytes  # None: no route is exempt
         self.drain_bytes = drain_bytes
         self.drain_s = drain_s
 
@@ -77,9 +98,11 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        upload = None if self.upload_bytes is None else upload_limit(scope, self.upload_bytes)
+        max_bytes = self.max_bytes if upload is None else upload
         declared = _declared_length(scope)
-        if declared is not None and declared > self.max_bytes:
-            err = too_large(self.max_bytes, f"Content-Length is {declared}")
+        if declared is not None and declared > max_bytes:
+            err = too_large(max_bytes, f"Content-Length is {declared}")
             await self._refuse(scope, receive, send, err, 0, drain=not _expects_continue(scope))
             return
 
@@ -91,14 +114,14 @@ class BodyLimitMiddleware:
         async def counted() -> Message:
             nonlocal received, tripped, body_done
             if tripped:  # asked again after the refusal: the rest is not the app's to read
-                raise BodyTooLarge(self.max_bytes, received)
+                raise BodyTooLarge(max_bytes, received)
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 body_done = not message.get("more_body", False)
-                if received > self.max_bytes:
+                if received > max_bytes:
                     tripped = True
-                    raise BodyTooLarge(self.max_bytes, received)
+                    raise BodyTooLarge(max_bytes, received)
             return message
 
         async def send_then_drain(message: Message) -> None:
@@ -127,7 +150,7 @@ class BodyLimitMiddleware:
             await self._refuse(scope, receive, send, exc.api_error(), received, drain=not body_done)
             return
         if tripped and not started:  # the app swallowed the refusal and answered nothing
-            err = BodyTooLarge(self.max_bytes, received).api_error()
+            err = BodyTooLarge(max_bytes, received).api_error()
             await self._refuse(scope, receive, send, err, received, drain=not body_done)
         elif tripped and not ended:  # pragma: no cover - a streamed answer that never ended
             log.warning("%s refused body: the response did not end", context_of(scope).request_id)

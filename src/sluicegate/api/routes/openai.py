@@ -23,11 +23,11 @@ from sluicegate.api.openai_errors import openai_envelope, openai_error_response
 from sluicegate.api.routes.common import idempotency_doc, json_reply, refuse_query, require_json
 from sluicegate.api.sse import sse_response
 from sluicegate.api.state import app_state
-from sluicegate.api.validation import error_from_details
+from sluicegate.api.validation import openai_validation_error as validation_error
 from sluicegate.protocol import openai_chat, openai_completions
 from sluicegate.protocol.common import ErrorEnvelope
 from sluicegate.protocol.openai_chat import ChatCompletion, ChatCompletionRequest
-from sluicegate.protocol.openai_common import Refusal, clean_loc
+from sluicegate.protocol.openai_common import Refusal
 from sluicegate.protocol.openai_completions import Completion, CompletionRequest
 from sluicegate.protocol.openai_models import ModelDetails, ModelList, OpenAIModel
 from sluicegate.serving import openai_chat as chat
@@ -38,21 +38,6 @@ from sluicegate.serving.model_card import describe
 router = APIRouter(tags=["openai"])
 M = TypeVar("M", bound=BaseModel)
 STARTED = int(time.time())
-
-
-def _validation_error(exc: ValidationError, data: Any) -> ApiError:
-    """The shared validation message, located by the client's JSON path (without union-member names).
-
-    A union reports one error per member at the same place; the member that took the input's type (and
-    failed a bound) explains the problem, so it is kept and the type mismatches of the others are dropped.
-    """
-    best: dict[tuple[int | str, ...], dict[str, Any]] = {}
-    for e in exc.errors(include_url=False):
-        loc = clean_loc(tuple(e["loc"]), data, missing=e["type"] == "missing")
-        mismatch = e["type"].endswith("_type")
-        if loc not in best or (best[loc]["type"].endswith("_type") and not mismatch):
-            best[loc] = {**e, "loc": loc}
-    return error_from_details(list(best.values()))
 
 
 async def read_openai(
@@ -72,7 +57,7 @@ async def read_openai(
     try:
         parsed = model.model_validate(data)
     except ValidationError as exc:
-        raise _validation_error(exc, data) from None
+        raise validation_error(exc, data) from None
     context_of(request.scope).stage("parse", t)
     return parsed
 

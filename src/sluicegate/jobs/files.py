@@ -1,0 +1,231 @@
+"""Files of the batch system, kept in the store a chunk at a time (never whole in memory).
+
+An upload is written as it arrives (`Writer`: a buffer of at most `CHUNK` bytes, then a row); its row is
+created first with `bytes = -1` (not listed, not readable) and gets its size once the last chunk is in, so a
+file is either whole or absent. Content is read back a chunk at a time (`chunks`, `lines`). Keeping the
+chunks in the store, not on one replica's disk, lets every replica sharing the store serve every file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, insert, literal, select, tuple_, update
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
+
+from sluicegate.jobs.states import ACTIVE
+from sluicegate.store.db import Store
+from sluicegate.store.models import BatchFile, BatchFileChunk, BatchJob, UTCDateTime
+
+CHUNK = 256 << 10  # bytes per stored chunk
+UPLOADING = -1  # `bytes` of a file still being written
+MAX_LINE = 1 << 20  # one input line (one request), in bytes: the JSON routes' own body limit
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{secrets.token_hex(12)}"
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+_SHARED_LOCKS: dict[int, threading.Lock] = {}
+
+
+@contextmanager
+def session_of(store: Store) -> Iterator[Session]:
+    """A session; on a store of one shared connection (in-memory SQLite: tests, the OpenAPI app) the job
+    system's threads take turns, since one SQLite connection cannot carry two transactions at once."""
+    if not isinstance(store.engine.pool, StaticPool):
+        with store.session() as s:
+            yield s
+        return
+    lock = _SHARED_LOCKS.setdefault(id(store.engine), threading.Lock())
+    with lock, store.session() as s:
+        yield s
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    id: str
+    key_id: str | None
+    purpose: str
+    filename: str
+    bytes: int
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, row: BatchFile) -> FileInfo:
+        return cls(row.id, row.key_id, row.purpose, row.filename, row.bytes, row.created_at, row.expires_at)
+
+
+class FileStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def begin(self, key_id: str | None, purpose: str, filename: str, ttl_s: float | None) -> str:
+        now = utcnow()
+        file_id = new_id("file-")
+        expires = None if ttl_s is None else now + dt.timedelta(seconds=ttl_s)
+        with session_of(self.store) as s, s.begin():
+            s.execute(insert(BatchFile).values(id=file_id, key_id=key_id, purpose=purpose,
+                                               filename=filename[:255], bytes=UPLOADING, created_at=now,
+                                               expires_at=expires))
+        return file_id
+
+    def append(self, file_id: str, seq: int, data: bytes) -> None:
+        with session_of(self.store) as s, s.begin():
+            s.execute(insert(BatchFileChunk).values(file_id=file_id, seq=seq, data=data))
+
+    def finish(self, file_id: str, size: int) -> None:
+        with session_of(self.store) as s, s.begin():
+            s.execute(update(BatchFile).where(BatchFile.id == file_id).values(bytes=size))
+
+    def get(self, file_id: str, key_id: str | None) -> FileInfo | None:
+        """The file if it is whole, not expired, and the key's (every key's file is another's 404)."""
+        with session_of(self.store) as s:
+            row = s.get(BatchFile, file_id)
+        if row is None or row.bytes == UPLOADING or row.key_id != key_id:
+            return None
+        if row.expires_at is not None and row.expires_at <= utcnow():
+            return None
+        return FileInfo.of(row)
+
+    def list_files(self, key_id: str | None, *, purpose: str | None, limit: int, after: str | None,
+             newest_first: bool) -> list[FileInfo]:
+        f = BatchFile
+        q = select(f).where(f.key_id.is_(None) if key_id is None else f.key_id == key_id, f.bytes >= 0)
+        q = q.where((f.expires_at.is_(None)) | (f.expires_at > utcnow()))
+        if purpose is not None:
+            q = q.where(f.purpose == purpose)
+        with session_of(self.store) as s:
+            anchor = None if after is None else s.get(f, after)
+            if anchor is not None:
+                pos, at = tuple_(f.created_at, f.id), tuple_(literal(anchor.created_at, UTCDateTime()), anchor.id)
+                q = q.where(pos < at if newest_first else pos > at)
+            order = (f.created_at.desc(), f.id.desc()) if newest_first else (f.created_at, f.id)
+            rows = s.execute(q.order_by(*order).limit(limit)).scalars().all()
+        return [FileInfo.of(r) for r in rows]
+
+    def delete(self, file_id: str) -> None:
+        with session_of(self.store) as s, s.begin():
+            s.execute(delete(BatchFileChunk).where(BatchFileChunk.file_id == file_id))
+            s.execute(delete(BatchFile).where(BatchFile.id == file_id))
+
+    def chunk(self, file_id: str, seq: int) -> bytes | None:
+        with session_of(self.store) as s:
+            data = s.execute(select(BatchFileChunk.data).where(
+                BatchFileChunk.file_id == file_id, BatchFileChunk.seq == seq)).scalar_one_or_none()
+        return None if data is None else bytes(data)
+
+    def chunks(self, file_id: str) -> Iterator[bytes]:
+        seq = 0
+        while (data := self.chunk(file_id, seq)) is not None:
+            yield data
+            seq += 1
+
+    def lines(self, file_id: str, max_line: int = MAX_LINE) -> Iterator[bytes | None]:
+        """The file's lines, without their line ends (a line may span chunks); None for a line over
+        `max_line` bytes (never held)."""
+        split = LineSplitter(max_line)
+        for data in self.chunks(file_id):
+            yield from split.feed(data)
+        yield from split.end()
+
+    def bytes_of_key(self, key_id: str | None) -> int:
+        """Bytes of the key's files (uploads and outputs), expired ones excepted."""
+        f = BatchFile
+        q = select(func.coalesce(func.sum(f.bytes), 0)).where(
+            f.key_id.is_(None) if key_id is None else f.key_id == key_id, f.bytes >= 0,
+            (f.expires_at.is_(None)) | (f.expires_at > utcnow()))
+        with session_of(self.store) as s:
+            return int(s.execute(q).scalar_one())
+
+    def prune(self) -> int:
+        """Delete expired files, and uploads abandoned mid-way (over a day old); returns how many."""
+        f = BatchFile
+        now = utcnow()
+        with session_of(self.store) as s:
+            ids = s.execute(select(f.id).where(
+                (f.expires_at <= now) | ((f.bytes == UPLOADING) & (f.created_at < now - dt.timedelta(days=1)))
+            ).limit(1000)).scalars().all()
+        for file_id in ids:
+            self.delete(file_id)
+        return len(ids)
+
+    def in_use(self, file_id: str) -> bool:
+        """Whether an unfinished job reads this file (it cannot be deleted under it)."""
+        with session_of(self.store) as s:
+            return s.execute(select(BatchJob.id).where(
+                BatchJob.input_file_id == file_id, BatchJob.status.in_(ACTIVE)).limit(1)).first() is not None
+
+
+class LineSplitter:
+    """Lines out of chunks as they arrive, holding at most `max_line` bytes of an unfinished line: a longer
+    line comes out as None (and its bytes are dropped up to its end), so no input can make it hold more."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self.max_line = max_line
+        self._rest = bytearray()
+        self._skipping = False
+
+    def feed(self, data: bytes) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        start = 0
+        while (nl := data.find(b"\n", start)) >= 0:
+            if self._skipping:
+                self._skipping = False
+            else:
+                self._rest += data[start:nl]
+                out.append(None if len(self._rest) > self.max_line else bytes(self._rest).rstrip(b"\r"))
+            self._rest.clear()
+            start = nl + 1
+        if not self._skipping:
+            self._rest += data[start:]
+            if len(self._rest) > self.max_line:
+                out.append(None)
+                self._rest.clear()
+                self._skipping = True
+        return out
+
+    def end(self) -> list[bytes | None]:
+        rest = bytes(self._rest).rstrip(b"\r")
+        self._rest.clear()
+        return [rest] if rest.strip() else []
+
+
+class Writer:
+    """Writes one file a chunk at a time (synchronous: call it from a thread)."""
+
+    def __init__(self, files: FileStore, file_id: str) -> None:
+        self.files = files
+        self.file_id = file_id
+        self.size = 0
+        self._buf = bytearray()
+        self._seq = 0
+
+    def write(self, data: bytes) -> None:
+        self._buf += data
+        self.size += len(data)
+        while len(self._buf) >= CHUNK:
+            self._flush(bytes(self._buf[:CHUNK]))
+            del self._buf[:CHUNK]
+
+    def _flush(self, data: bytes) -> None:
+        self.files.append(self.file_id, self._seq, data)
+        self._seq += 1
+
+    def close(self) -> int:
+        if self._buf:
+            self._flush(bytes(self._buf))
+            self._buf.clear()
+        self.files.finish(self.file_id, self.size)
+        return self.size

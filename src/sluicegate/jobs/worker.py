@@ -1,0 +1,224 @@
+"""The batch worker: one per process, leasing items from the store and running them through the engine.
+
+- Items run at `Priority.BATCH` (the scheduler takes every waiting interactive request first and ages batch
+  requests only among themselves) and at most `slots` at once, fewer than the engine's slots, so interactive
+  requests always find a free one: batch fills idle capacity and never starves them.
+- Each item's tokens go to its key's usage ledger as it finishes (`on_usage`), not to the key's interactive
+  rate-limit bucket (no admission is reserved for them).
+- Leases are renewed every third of `lease_s`; a cancelled or expired job is seen at the next renewal (or at
+  once, for a cancel made in this process) and its running items abort in the engine within a step.
+- `stop()` (SIGTERM, shutdown) aborts what runs here and hands every lease back at once; after a crash the
+  leases simply expire and any worker takes the items again. A result is written only under the writer's
+  own lease (`JobStore.finish_item`), so each item's result is written exactly once.
+- An item leased more than `MAX_ATTEMPTS` times (it took its process down each time) fails instead of
+  running again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluicegate.engine.types import Priority
+from sluicegate.jobs import states as S
+from sluicegate.jobs.leases import Lease
+from sluicegate.jobs.store import JobStore
+from sluicegate.serving.context import RequestContext, TokenUsage
+from sluicegate.store.models import BatchJob
+
+log = logging.getLogger("sluicegate.jobs")
+MAX_ATTEMPTS = 3
+RETRY_STATUS = 503  # an item's outcome meaning "not now": handed back, not failed (api/batch_items.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one item's request came to: its HTTP status and body as the surface would have answered."""
+
+    status_code: int
+    body: Any
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code < 400
+
+
+Handler = Callable[[str, RequestContext], Awaitable[Outcome]]  # (the body as JSON text, its context)
+Finalizer = Callable[[BatchJob], tuple[str | None, str | None]]  # the job's output and error file ids
+
+
+@dataclass(slots=True)
+class _Running:
+    lease: Lease
+    task: asyncio.Task[None]
+
+
+class Worker:
+    def __init__(self, jobs: JobStore, handlers: Mapping[str, Handler], *, slots: int, lease_s: float,
+                 poll_s: float, finalizer: Finalizer, on_usage: Callable[[str | None, str, Outcome, str], None],
+                 on_final: Callable[[BatchJob, str], None]) -> None:
+        """`on_final(job, final state)` announces a job's end; it is called in a thread and may block."""
+        self.jobs = jobs
+        self.handlers = handlers
+        self.slots = max(1, slots)
+        self.lease_s = lease_s
+        self.poll_s = poll_s
+        self.finalizer = finalizer
+        self.on_usage = on_usage
+        self.on_final = on_final
+        self.owner = f"w_{secrets.token_hex(8)}"
+        self._running: dict[int, _Running] = {}
+        self._stopped_jobs: dict[str, str] = {}  # job id -> item state for its running items (cancel, expire)
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._backoff_until = 0.0
+        self.written = 0  # results written by this worker (metrics, tests)
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._loop(), name="sluicegate-jobs")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def cancel_job(self, job_id: str) -> None:
+        """A cancel made in this process: the job's items running here abort now."""
+        self._abort(job_id, S.ITEM_CANCELLED)
+        self.wake()
+
+    def _abort(self, job_id: str, state: str) -> None:
+        self._stopped_jobs[job_id] = state
+        for r in list(self._running.values()):
+            if r.lease.job_id == job_id:
+                r.task.cancel()
+
+    async def stop(self) -> None:
+        """Abort what runs here and hand every lease back."""
+        self._stopping = True
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        tasks = [r.task for r in self._running.values()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._loop_task is not None:
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        try:
+            n = await asyncio.to_thread(self.jobs.leases.release, self.owner)
+            if n:
+                log.info("handed back %d batch item leases", n)
+        except Exception:
+            log.exception("handing back batch leases failed; they expire in %.0fs", self.lease_s)
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        last_renew = last_sweep = 0.0
+        while not self._stopping:
+            try:
+                now = time.monotonic()
+                if now - last_renew >= self.lease_s / 3:
+                    await self._renew()
+                    last_renew = now
+                if now - last_sweep >= max(self.poll_s, 1.0):
+                    await asyncio.to_thread(self.jobs.expire_due)
+                    last_sweep = now
+                await self._finalize_ready()
+                free = self.slots - len(self._running)
+                if free > 0 and now >= self._backoff_until:
+                    for lease in await asyncio.to_thread(self.jobs.leases.lease, self.owner, free, self.lease_s):
+                        task = asyncio.create_task(self._item(lease))
+                        self._running[lease.id] = _Running(lease, task)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("batch worker: a store call failed; retrying")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+
+    async def _renew(self) -> None:
+        ids = list(self._running)
+        if not ids:
+            return
+        await asyncio.to_thread(self.jobs.leases.renew, self.owner, ids, self.lease_s)
+        job_ids = list({r.lease.job_id for r in self._running.values()})
+        for job_id, (state, *_rest) in (await asyncio.to_thread(self.jobs.jobs_states, job_ids)).items():
+            if state == S.CANCELLING:
+                self._abort(job_id, S.ITEM_CANCELLED)
+
+    async def _finalize_ready(self) -> None:
+        for job_id in await asyncio.to_thread(self.jobs.ready_to_finalize, self.lease_s):
+            job = await asyncio.to_thread(self.jobs.claim_finalize, job_id, self.lease_s)
+            if job is None:
+                continue
+            out, err = (None, None) if job.shape != "openai" else await asyncio.to_thread(self.finalizer, job)
+            final = await asyncio.to_thread(self.jobs.final_state, job)
+            # announced before the state is final: a crash between the two re-announces on the next try, and
+            # the event's stable id makes that a no-op where it was already queued
+            await asyncio.to_thread(self.on_final, job, final)
+            await asyncio.to_thread(self.jobs.complete, job, final, out, err)
+            self._stopped_jobs.pop(job_id, None)
+            log.info("batch %s %s", job_id, final)
+
+    # -- one item ----------------------------------------------------------------------------------------
+    async def _item(self, lease: Lease) -> None:
+        try:
+            await self._run_item(lease)
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+        except Exception:
+            log.exception("batch item %d: writing its result failed; its lease will expire", lease.id)
+        finally:
+            self._running.pop(lease.id, None)
+            self.wake()
+
+    async def _run_item(self, lease: Lease) -> None:
+        states = await asyncio.to_thread(self.jobs.jobs_states, [lease.job_id])
+        job_state, endpoint, key_id, _expires = states[lease.job_id]
+        if job_state != S.IN_PROGRESS:
+            stopped = S.ITEM_CANCELLED if job_state == S.CANCELLING else S.ITEM_EXPIRED
+            await self._write(lease, stopped, None, None)
+            return
+        handler = self.handlers.get(endpoint)
+        if lease.attempts > MAX_ATTEMPTS or handler is None or lease.body is None:
+            why = "unsupported endpoint" if handler is None else "the item failed its worker too many times"
+            body = {"error": {"type": "internal_error", "code": "item_failed", "message": why, "param": None,
+                              "request_id": f"req_batch_{lease.id:x}"}}
+            await self._write(lease, S.ITEM_FAILED, 500, body)
+            return
+        ctx = RequestContext(request_id=f"req_batch_{lease.id:x}", priority=Priority.BATCH, tenant=key_id or "",
+                             key_id=key_id)
+        try:
+            outcome = await handler(lease.body, ctx)
+        except asyncio.CancelledError:
+            halted = self._stopped_jobs.get(lease.job_id)
+            if self._stopping or halted is None:
+                raise
+            await self._write(lease, halted, None, None)
+            return
+        if outcome.status_code == RETRY_STATUS:  # the engine is full or stopping: run it later
+            self._backoff_until = time.monotonic() + self.poll_s * 4
+            await asyncio.shield(asyncio.to_thread(self.jobs.leases.release_item, self.owner, lease.id))
+            return
+        state = S.DONE if outcome.ok else S.ITEM_FAILED
+        if await self._write(lease, state, outcome.status_code, outcome.body, outcome):
+            self.on_usage(key_id, endpoint, outcome, ctx.request_id)
+
+    async def _write(self, lease: Lease, state: str, status: int | None, body: Any,
+                     outcome: Outcome | None = None) -> bool:
+        u = outcome.usage if outcome is not None else TokenUsage()
+        written = await asyncio.shield(asyncio.to_thread(self.jobs.leases.finish_item, self.owner, lease.id, state,
+                                                         status, body, u.prompt_tokens, u.generated_tokens))
+        if written:
+            self.written += 1
+        else:
+            log.warning("batch item %d: the lease was taken over; its result is not written here", lease.id)
+        return bool(written)
