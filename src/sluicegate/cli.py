@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from sluicegate import cli_store
+from sluicegate import cli_store, cli_upstream
 from sluicegate.config import (
     AuthConfig,
     Config,
@@ -54,6 +54,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--drain-seconds", type=float, default=lim.drain_s,
                    help="on shutdown, how long in-flight requests may finish before they are cancelled")
     cli_store.add_store_args(p)
+    cli_upstream.add_upstream_args(p)
     rl = RateLimitConfig()
     p.add_argument("--redis-url", default=rl.redis_url,
                    help="rate-limit buckets in Redis, shared by every replica (default: in this process)")
@@ -92,7 +93,13 @@ def serve(args: argparse.Namespace) -> int:
     elif not path.is_file():
         print(f"sluicegate: no model file at {path}", file=sys.stderr)
         return 2
+    try:
+        upstream = cli_upstream.upstream_from_args(args, name)
+    except ValueError as exc:
+        print(f"sluicegate: {exc}", file=sys.stderr)
+        return 2
     config = Config(
+        upstream=upstream,
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
                           n_threads=args.threads, flash_attn=args.flash_attn),
         limits=limits_from_args(args),
@@ -115,7 +122,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"sluicegate: {refusal}", file=sys.stderr)
         return 2
     try:
-        app = create_app(config, factory, store=store)
+        app = create_app(config, factory, store=store,
+                         tokenizers=cli_upstream.tokenizer_factory(upstream, path) if upstream.targets else None)
         uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                             timeout_graceful_shutdown=int(config.limits.drain_s) + 1)
         uvicorn.Server(uv).run()

@@ -17,21 +17,27 @@ from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
-from sluicegate.api.routes import generate, health, metrics, openai, usage
+from sluicegate.api.routes import generate, health, metrics, openai, tokenize, usage
 from sluicegate.api.state import AppState, RunnerFactory
+from sluicegate.api.upstreams import TokenizerFactory
 from sluicegate.config import Config
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_completions import CompletionRequest
+from sluicegate.protocol.tokenize import DetokenizeRequest, TokenizeRequest
 from sluicegate.store.db import Store
 
-REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest]
+REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest, TokenizeRequest,
+                                         DetokenizeRequest]
 
 
-def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None) -> FastAPI:
+def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None,
+               tokenizers: TokenizerFactory | None = None) -> FastAPI:
     """The app. `store` holds the API keys and the usage ledger (the caller opens, migrates and closes it);
-    None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document)."""
+    None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document). `tokenizers`
+    gives an upstream model's own tokenizer by name (None: the local model's, api/upstreams.py)."""
     state = AppState(config, factory) if store is None else AppState(config, factory, store)
+    state.tokenizers = tokenizers
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -52,6 +58,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(generate.router)
     app.include_router(openai.router)
     app.include_router(usage.router)
+    app.include_router(tokenize.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes)
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
     app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused

@@ -10,12 +10,18 @@ from sluicegate.protocol.common import ModelInfo, PromptTokensDetails, StageTimi
 from sluicegate.protocol.generate import GenerateRequest, GenerateResponse
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import Runs, check_text_bytes, check_tokens, collect_finished, start_runs
+from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 
 
 async def start(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -> Runs:
     """Validate against the model, tokenise, check the budget, start the one run."""
     model.resolve(req.model)
+    if not model.token_ids:
+        raise ApiError(
+            "invalid_request", f"model {model.identity.name} is served by an upstream engine that does not return "
+            "token ids, which /v1/generate answers with; use /v1/completions for it", param="model",
+            code="unsupported_for_model")
     t = time.perf_counter()
     check_text_bytes(model, req.prompt, "prompt", parse_special=req.parse_special)  # before tokenising
     ids = await model.tokenize(req.prompt, parse_special=req.parse_special)

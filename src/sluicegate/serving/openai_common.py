@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 from sluicegate import __version__
 from sluicegate.backends.base import ModelRunner
-from sluicegate.engine import FinishReason, RequestOutput, SamplingParams, TokenLogprob
+from sluicegate.engine import AsyncEngine, FinishReason, RequestOutput, SamplingParams, TokenLogprob
 from sluicegate.protocol.openai_common import OpenAIUsage, PromptTokensDetails, TopLogprob
 from sluicegate.protocol.openai_common import TokenLogprob as TokenLogprobOut
 from sluicegate.serving.errors import ApiError
@@ -29,8 +29,11 @@ MASKED_LOGPROB = -9999.0  # what OpenAI reports for a token that could not be ch
 
 def fingerprint(model: ServedModel) -> str:
     """`fp_` + 10 hex of the weights digest and everything in the engine that can change an output."""
-    cfg = model.engine.engine.scheduler.config
     lim = model.limits
+    if not isinstance(model.engine, AsyncEngine):  # an upstream: its own engine's settings are not known here
+        key = f"{model.identity.ref}|{model.identity.digest}|n_ctx={lim.n_ctx}|upstream|sluicegate={__version__}"
+        return "fp_" + hashlib.sha256(key.encode()).hexdigest()[:10]
+    cfg = model.engine.engine.scheduler.config
     key = (
         f"{model.identity.digest}|block={cfg.block_size}|batch={cfg.max_batch_tokens}|n_ctx={lim.n_ctx}"
         f"|slots={lim.n_slots}|n_batch={lim.n_batch}|sluicegate={__version__}"
