@@ -17,16 +17,16 @@ from sluicegate.serving.models import ServedModel
 async def start(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -> Runs:
     """Validate against the model, tokenise, check the budget, start the one run."""
     model.resolve(req.model)
-    if not model.token_ids:
-        raise ApiError(
-            "invalid_request", f"model {model.identity.name} is served by an upstream engine that does not return "
-            "token ids, which /v1/generate answers with; use /v1/completions for it", param="model",
-            code="unsupported_for_model")
     t = time.perf_counter()
     check_text_bytes(model, req.prompt, "prompt", parse_special=req.parse_special)  # before tokenising
     ids = await model.tokenize(req.prompt, parse_special=req.parse_special)
     ctx.stage("tokenize", t)
     check_tokens(model, len(ids), req.max_new_tokens, prompt_param="prompt", new_param="max_new_tokens")
+    if not model.token_ids:
+        raise ApiError(
+            "invalid_request", f"model {model.identity.name} is served by an upstream engine that does not return "
+            "token ids, which /v1/generate answers with; use /v1/completions for it", param="model",
+            code="unsupported_for_model")
     return await start_runs(model, ctx, [ids], req.to_sampling_params(), requested_new=req.max_new_tokens,
                             new_param="max_new_tokens")
 

@@ -12,6 +12,7 @@ characters of text (docs/openai.md). An adapter on the serving core (serving/cor
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -149,6 +150,8 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
         param = "prompt" if len(all_ids) == 1 else f"prompt[{k}]"
         check_tokens(model, len(ids), req.max_tokens, prompt_param=param, new_param="max_tokens")
     params = sampling_params(req, model.limits.n_vocab, max_new_tokens=req.max_tokens, logprobs=req.logprobs)
+    if req.top_k:
+        params = dataclasses.replace(params, top_k=req.top_k)
     runs = await start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens, new_param="max_tokens")
     return CompletionPlan(req, texts, runs, ident.ref, fingerprint(model))
 
@@ -177,6 +180,7 @@ async def complete(model: ServedModel, plan: CompletionPlan, ctx: RequestContext
             CompletionChoice(
                 index=i,
                 text=prefix + r.text,
+                token_ids=r.token_ids if req.return_token_ids else None,
                 logprobs=lps,
                 finish_reason=openai_finish(r.final.finish_reason),
             )
@@ -240,8 +244,9 @@ async def stream(
                     raise err
                 finals[i] = out
             lps = _logprobs(model, states[i], req, out.logprobs)
-            if out.text or (lps is not None and lps.tokens):
-                yield chunk([CompletionChoice(index=i, text=out.text, logprobs=lps, finish_reason=None)])
+            ids = out.new_token_ids if req.return_token_ids else None
+            if out.text or ids or (lps is not None and lps.tokens):
+                yield chunk([CompletionChoice(index=i, text=out.text, token_ids=ids, logprobs=lps, finish_reason=None)])
             if out.finished:
                 yield chunk(
                     [
