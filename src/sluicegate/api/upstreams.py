@@ -54,7 +54,7 @@ async def load_upstreams(config: Config, http: httpx.AsyncClient,
         identity = ModelIdentity(name, m.version, m.digest or "unknown")
         budget = await asyncio.to_thread(Budget.for_runner, runner, config.limits)
         out[name] = ServedModel(
-            runner, AsyncUpstream(name, eps, http, cfg, token_ids=token_ids),
+            runner, AsyncUpstream(name, eps, http, cfg, token_ids=token_ids, eos_ids=runner.limits.eos_ids),
             dataclasses.replace(budget, n_ctx=n_ctx), identity_override=identity, token_ids=token_ids,
             limits_override=dataclasses.replace(runner.limits, n_ctx=n_ctx),
         )

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from sluicegate.protocol.common import ResponseModel, StrictModel
+from sluicegate.protocol.openai_chat import ResponseFormat
 from sluicegate.protocol.openai_common import (
     MAX_N,
     MAX_SEED,
@@ -50,6 +51,10 @@ class CompletionRequest(StrictModel):
     suffix: str | None = Field(
         None, min_length=1, description="fill in the middle; needs a model with FIM tokens"
     )
+    return_tokens_as_token_ids: bool = Field(False, description="vLLM's extension: logprobs name tokens as "
+                                             "`token_id:<id>` instead of their text")
+    response_format: ResponseFormat | None = Field(None, description="JSON output, as chat completions (and vLLM) "
+                                                   "take it")
     return_token_ids: bool = Field(False, description="vLLM's extension: each choice (each stream chunk) carries its "
                                    "new token ids as `token_ids`")
     stream: bool = False

@@ -165,7 +165,9 @@ class CompletionLogprobState:
         lps: Sequence[TokenLogprob],
         *,
         want_top: bool,
+        as_ids: bool = False,
     ) -> tuple[list[str], list[float], list[dict[str, float]] | None, list[int]]:
+        """`as_ids`: tokens named `token_id:<id>` (vLLM's return_tokens_as_token_ids), not by their text."""
         eos = runner.limits.eos_ids
         tokens: list[str] = []
         values: list[float] = []
@@ -175,13 +177,13 @@ class CompletionLogprobState:
             if lp.token_id in eos:
                 continue
             text, raw = token_piece(runner, lp.token_id)
-            tokens.append(text)
+            tokens.append(f"token_id:{lp.token_id}" if as_ids else text)
             values.append(_lp(lp.logprob))
             offsets.append(self.offset)
             self.offset += len(self.decoder.decode(raw))
             if want_top:
                 top: dict[str, float] = {}
                 for tid, v in lp.top:
-                    top.setdefault(token_piece(runner, tid)[0], _lp(v))
+                    top.setdefault(f"token_id:{tid}" if as_ids else token_piece(runner, tid)[0], _lp(v))
                 tops.append(top)
         return tokens, values, (tops if want_top else None), offsets

@@ -48,6 +48,7 @@ from sluicegate.serving.openai_common import (
     sampling_params,
     usage,
 )
+from sluicegate.serving.structured import completion_grammar
 
 FIM_STYLES = (
     ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder, DeepSeek-Coder-like
@@ -152,7 +153,9 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
     params = sampling_params(req, model.limits.n_vocab, max_new_tokens=req.max_tokens, logprobs=req.logprobs)
     if req.top_k:
         params = dataclasses.replace(params, top_k=req.top_k)
-    runs = await start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens, new_param="max_tokens")
+    grammar = await completion_grammar(model, req)
+    runs = await start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens, new_param="max_tokens",
+                            constraint=None if grammar is None else grammar.constraint)
     return CompletionPlan(req, texts, runs, ident.ref, fingerprint(model))
 
 
@@ -164,7 +167,8 @@ def _logprobs(
 ) -> CompletionLogprobs | None:
     if req.logprobs is None:
         return None
-    tokens, values, tops, offsets = state.shape(model.runner, lps, want_top=req.logprobs > 0)
+    tokens, values, tops, offsets = state.shape(model.runner, lps, want_top=req.logprobs > 0,
+                                                as_ids=req.return_tokens_as_token_ids)
     return CompletionLogprobs(tokens=tokens, token_logprobs=values, top_logprobs=tops, text_offset=offsets)
 
 
@@ -228,6 +232,7 @@ async def stream(
                         CompletionChoice(
                             index=i,
                             text=plan.prompt_texts[plan.prompt_of(i)],
+                            token_ids=None,
                             logprobs=None,
                             finish_reason=None,
                         )
@@ -251,7 +256,8 @@ async def stream(
                 yield chunk(
                     [
                         CompletionChoice(
-                            index=i, text="", logprobs=None, finish_reason=openai_finish(out.finish_reason)
+                            index=i, text="", token_ids=None, logprobs=None,
+                            finish_reason=openai_finish(out.finish_reason),
                         )
                     ]
                 )

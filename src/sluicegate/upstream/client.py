@@ -55,8 +55,9 @@ class AsyncUpstream:
     """One served model behind one or more upstream URLs."""
 
     def __init__(self, name: str, endpoints: Sequence[Endpoint], http: httpx.AsyncClient, cfg: UpstreamConfig,
-                 *, token_ids: bool = False) -> None:
+                 *, token_ids: bool = False, eos_ids: frozenset[int] = frozenset()) -> None:
         self.name = name
+        self.eos_ids = eos_ids  # the model's end-of-sequence ids: not part of a constrained text
         self.endpoints = list(endpoints)
         self.cfg = cfg
         self.token_ids = token_ids  # the upstream returns each chunk's token ids (vLLM's return_token_ids)
@@ -68,7 +69,7 @@ class AsyncUpstream:
         """Start every run; when every circuit is open, refuse at once (503 upstream_unavailable). A run
         without a seed gets one drawn here and sent, so every upstream answer can be replayed too."""
         for req in requests:
-            refuse_unsupported(self.name, req)
+            refuse_unsupported(self.name, req, self.token_ids)
             if req.params.seed is None and not req.params.greedy:
                 req.params = dataclasses.replace(req.params, seed=random.getrandbits(63))
         if pick(self.endpoints) is None:
@@ -184,6 +185,18 @@ class AsyncUpstream:
         finally:
             ep.release(healthy)
 
+    def _check(self, req: EngineRequest, ids: list[int]) -> None:
+        """The upstream was sent the schema; its tokens must also pass our own matcher, or the answer is not
+        the JSON the client asked for (an engine that ignored `response_format`)."""
+        c = req.constraint
+        assert c is not None
+        for t in ids:
+            if t in self.eos_ids:
+                continue
+            if not c.allows(t):
+                raise UpstreamFailure("upstream_error", "the upstream's output broke the requested JSON schema")
+            c.accept(t)
+
     async def _read(self, resp: httpx.Response, req: EngineRequest, collector: OutputCollector, index: int,
                     start: float, tm: asyncio.Timeout, loop: asyncio.AbstractEventLoop) -> RequestOutput:
         end: Chunk | None = None
@@ -214,7 +227,10 @@ class AsyncUpstream:
                     tm.reschedule(None if left is None else loop.time() + left)  # now only the deadline binds
                 if generated is not None:
                     generated += len(chunk.token_ids)
-                collector.put(index, RequestOutput(req.request_id, list(chunk.token_ids), chunk.text))
+                if req.constraint is not None:
+                    self._check(req, chunk.token_ids)
+                collector.put(index, RequestOutput(req.request_id, list(chunk.token_ids), chunk.text,
+                                                   logprobs=chunk.logprobs))
             if chunk.finish is not None:
                 end = chunk
         if not done or end is None:
@@ -231,14 +247,13 @@ class AsyncUpstream:
         )
 
 
-def refuse_unsupported(name: str, req: EngineRequest) -> None:
-    """What the hop cannot carry: logprobs (an upstream names alternatives by text, not by our ids) and
-    decoding constraints (ours run on the logits, which stay upstream)."""
-    if req.params.logprobs is not None:
-        raise ApiError("invalid_request", f"model {name} is served by an upstream engine; logprobs are not "
-                       "available for it", param="logprobs", code="unsupported_for_model")
-    if req.constraint is not None:
-        raise ApiError("invalid_request", f"model {name} is served by an upstream engine; constrained decoding "
+def refuse_unsupported(name: str, req: EngineRequest, token_ids: bool) -> None:
+    """What the hop cannot carry. A constraint goes upstream as its JSON schema (`response_format`) and is
+    checked here token by token, which needs the upstream's token ids; a constraint that is no JSON schema
+    cannot go at all."""
+    if req.constraint is not None and (not token_ids or getattr(req.constraint, "schema", None) is None):
+        raise ApiError("invalid_request", f"model {name} is served by an upstream engine that does not return "
+                       "token ids, so its JSON output cannot be checked here; constrained decoding "
                        "(response_format, tool calls) is not available for it", param="response_format",
                        code="unsupported_for_model")
 

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluicegate.engine.types import EngineRequest, FinishReason
+from sluicegate.engine.types import EngineRequest, FinishReason, TokenLogprob
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 
@@ -37,7 +37,8 @@ class UpstreamFailure(Exception):
 
 def request_body(name: str, req: EngineRequest, *, token_ids: bool) -> dict[str, Any]:
     """The `/v1/completions` body for one run: only fields every OpenAI-compatible engine takes, plus
-    vLLM's `top_k`, `min_p`, `ignore_eos` and `return_token_ids` when they are not at their defaults."""
+    vLLM's `top_k`, `min_p`, `ignore_eos`, `return_token_ids`, `return_tokens_as_token_ids` (with logprobs)
+    and `response_format` (a constraint's JSON schema) when they are not at their defaults."""
     p = req.params
     body: dict[str, Any] = {
         "model": name, "prompt": req.prompt_ids, "max_tokens": p.max_new_tokens, "temperature": p.temperature,
@@ -61,6 +62,12 @@ def request_body(name: str, req: EngineRequest, *, token_ids: bool) -> dict[str,
         body["ignore_eos"] = True
     if token_ids:
         body["return_token_ids"] = True
+    if p.logprobs is not None:  # named by id, so they map back to our vocabulary exactly
+        body["logprobs"] = p.logprobs
+        body["return_tokens_as_token_ids"] = True
+    schema = getattr(req.constraint, "schema", None)
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
     return body
 
 
@@ -95,6 +102,7 @@ class Chunk:
     stop_reason: object = None
     has_stop_reason: bool = False
     usage: dict[str, Any] | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 def parse_chunk(data: str) -> Chunk:
@@ -124,9 +132,32 @@ def parse_chunk(data: str) -> Chunk:
                 raise UpstreamFailure("upstream_error", "the upstream sent malformed token ids")
             out.token_ids = ids
         out.finish = choice.get("finish_reason")
+        if choice.get("logprobs") is not None:
+            out.logprobs = _logprobs(choice["logprobs"])
         if "stop_reason" in choice:
             out.has_stop_reason, out.stop_reason = True, choice["stop_reason"]
     return out
+
+
+def _token_id(name: object) -> int:
+    if isinstance(name, str) and name.startswith("token_id:") and name[9:].isdigit():
+        return int(name[9:])
+    raise UpstreamFailure("upstream_error", "the upstream named a logprob's token by text, not by id")
+
+
+def _logprobs(lp: object) -> list[TokenLogprob]:
+    """Completions-shaped logprobs with `token_id:<id>` names (return_tokens_as_token_ids) as ours."""
+    try:
+        assert isinstance(lp, dict)
+        tokens, values = lp["tokens"], lp["token_logprobs"]
+        tops = lp.get("top_logprobs") or [{}] * len(tokens)
+        out = []
+        for name, value, top in zip(tokens, values, tops, strict=True):
+            alts = sorted(((_token_id(k), float(v)) for k, v in top.items()), key=lambda x: -x[1])
+            out.append(TokenLogprob(_token_id(name), float(value), tuple(alts)))
+        return out
+    except (AssertionError, KeyError, TypeError, ValueError, AttributeError):
+        raise UpstreamFailure("upstream_error", "the upstream sent malformed logprobs") from None
 
 
 def finish_reason(chunk: Chunk, req: EngineRequest) -> FinishReason:
