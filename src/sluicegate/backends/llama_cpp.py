@@ -224,3 +224,7 @@ class LlamaCppRunner:
             L.llama_free(self._ctx)
             L.llama_model_free(self._model)
             self._ctx = None
+        elif self._model and self._mem is None:  # vocab only: no context was made
+            L.llama_batch_free(self._batch)
+            L.llama_model_free(self._model)
+            self._model = None
