@@ -34,6 +34,7 @@ class FakeUpstream:
     default: str = DEFAULT
     arrivals: list[tuple[float, str]] = field(default_factory=list)  # (monotonic, behaviour) per completion
     left: list[str] = field(default_factory=list)  # behaviours whose client closed the request
+    auth: list[str] = field(default_factory=list)  # the Authorization header of each completion request
     url: str = ""
 
     def completions(self) -> list[str]:
@@ -55,6 +56,7 @@ class FakeUpstream:
         elif scope["path"] == "/v1/completions":
             behaviour = self.script.pop(0) if self.script else self.default
             self.arrivals.append((time.monotonic(), behaviour))
+            self.auth.append(dict(scope["headers"]).get(b"authorization", b"").decode())
             await self._complete(behaviour, data, receive, send)
         else:
             await _json(send, 404, {"error": {"message": "no such route"}})

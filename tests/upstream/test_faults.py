@@ -21,17 +21,22 @@ Make = Callable[..., Any]
 
 
 @contextmanager
-def stack(fake: FakeUpstream, *, local: bool = False, script: tuple[str, ...] = (), **ladder: Any) -> Iterator[str]:
+def stack(fake: FakeUpstream, *, local: bool = False, script: tuple[str, ...] = (), also: FakeUpstream | None = None,
+          **ladder: Any) -> Iterator[str]:
     """The fake on a socket, and a sluicegate whose model `fake` it serves (tokenizer: the reference's);
-    `script` is the fake's behaviours once the start-up probe is done."""
-    with serve(fake) as fake_url:
+    `script` is the fake's behaviours once the start-up probe is done; `also`, a second URL for `fake`."""
+    with serve(fake) as fake_url, serve(also or FakeUpstream()) as also_url:
         fake.url = fake_url
-        cfg = UpstreamConfig(targets=(UpstreamTarget("fake", f"{fake_url}/v1"),), local_model=local,
+        urls = [fake_url] + ([also_url] if also is not None else [])
+        cfg = UpstreamConfig(targets=tuple(UpstreamTarget("fake", f"{u}/v1") for u in urls), local_model=local,
                              **{"backoff_s": 0.01, **ladder})
         app = create_app(Config(upstream=cfg), lambda: ReferenceRunner(n_ctx=512, n_slots=2))
         with serve(DeadlineFromHeader(app)) as url:
             _wait_loaded(url)
-            fake.arrivals.clear()  # the start-up probe's request
+            for f in (fake, also):
+                if f is not None:
+                    f.arrivals.clear()  # the start-up probe's request
+                    f.auth.clear()
             fake.script = list(script)
             yield url
 
@@ -181,6 +186,18 @@ def test_models_route_by_name_beside_the_local_model(fake: FakeUpstream) -> None
         r = gen(url, model="nope")
         assert r.status_code == 404 and "fake@upstream" in error(r)["message"]
         assert fake.completions() == ["ok"]
+
+
+def test_two_urls_are_balanced_by_outstanding_requests_and_get_the_key(fake: FakeUpstream) -> None:
+    other = FakeUpstream()
+    with stack(fake, script=("slow_first",), also=other, api_key="sk-upstream") as url:
+        body = {"model": "fake", "prompt": "Hello", "max_tokens": 2, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as held:
+            assert held.status_code == 200
+            _eventually(lambda: fake.completions() == ["slow_first"])  # the first URL: both were idle
+            assert gen(url).status_code == 200  # the first one is busy: the other URL takes it
+        assert other.completions() == ["ok"] and fake.completions() == ["slow_first"]
+        assert fake.auth == other.auth == ["Bearer sk-upstream"]
 
 
 def _events(lines: Iterator[str]) -> list[tuple[str, str]]:

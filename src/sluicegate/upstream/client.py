@@ -25,6 +25,7 @@ from sluicegate.config import UpstreamConfig
 from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, Timing
 from sluicegate.serving.errors import ApiError
+from sluicegate.upstream.outputs import Sink, drain, end, refuse_unsupported
 from sluicegate.upstream.pool import Endpoint, pick, soonest_retry
 from sluicegate.upstream.wire import (
     Chunk,
@@ -37,7 +38,6 @@ from sluicegate.upstream.wire import (
 )
 
 log = logging.getLogger("sluicegate.upstream")
-_MAX_ERROR_BODY = 4096  # bytes of an upstream's error answer read (and dropped) before the connection is reused
 
 
 class _Expired(Exception):
@@ -77,7 +77,7 @@ class AsyncUpstream:
                            retry_after=soonest_retry(self.endpoints), code="circuit_open")
         collector = OutputCollector(len(requests))
         for i, req in enumerate(requests):
-            task = asyncio.create_task(self._run(req, collector, i))
+            task = asyncio.create_task(self._run(req, Sink(collector, i)))
             self._tasks[req.request_id] = task
             task.add_done_callback(functools.partial(self._forget, req.request_id))
         return collector
@@ -96,28 +96,27 @@ class AsyncUpstream:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
-    async def _run(self, req: EngineRequest, collector: OutputCollector, index: int) -> None:
+    async def _run(self, req: EngineRequest, sink: Sink) -> None:
         start = time.monotonic()
         try:
-            final = await self._ladder(req, collector, index, start)
+            final = await self._ladder(req, sink, start)
         except asyncio.CancelledError:
-            collector.put(index, _end(req, FinishReason.CANCELLED))
+            sink.put(end(req, FinishReason.CANCELLED, sink))
             raise
         except _Expired:
-            final = _end(req, FinishReason.EXPIRED)
+            final = end(req, FinishReason.EXPIRED, sink)
         except UpstreamFailure as f:
             log.warning("%s upstream %s: %s", req.request_id, self.name, f.message)
-            final = _end(req, FinishReason.ERROR, f)
+            final = end(req, FinishReason.ERROR, sink, f)
         except Exception:  # a bug here must still end the run
             log.exception("%s upstream client failed", req.request_id)
-            final = _end(req, FinishReason.ERROR)
-        collector.put(index, final)
+            final = end(req, FinishReason.ERROR, sink)
+        sink.put(final)
 
     def _left(self, req: EngineRequest) -> float | None:
         return None if req.deadline is None else req.deadline - time.monotonic()
 
-    async def _ladder(self, req: EngineRequest, collector: OutputCollector, index: int,
-                      start: float) -> RequestOutput:
+    async def _ladder(self, req: EngineRequest, sink: Sink, start: float) -> RequestOutput:
         cfg = self.cfg
         body = request_body(self.name, req, token_ids=self.token_ids)
         tried: Endpoint | None = None
@@ -128,7 +127,7 @@ class AsyncUpstream:
                                       retry_after=soonest_retry(self.endpoints))
             tried = ep
             try:
-                return await self._attempt(ep, body, req, collector, index, start)
+                return await self._attempt(ep, body, req, sink, start)
             except UpstreamFailure as f:
                 left = self._left(req)
                 backoff = random.uniform(cfg.backoff_s / 2, cfg.backoff_s)
@@ -140,7 +139,7 @@ class AsyncUpstream:
         raise AssertionError("unreachable")
 
     async def _attempt(self, ep: Endpoint, body: dict[str, object], req: EngineRequest,
-                       collector: OutputCollector, index: int, start: float) -> RequestOutput:
+                       sink: Sink, start: float) -> RequestOutput:
         """One attempt; the first token ends the retryable part (failures after it are never retried)."""
         left = self._left(req)
         if left is not None and left <= 0:
@@ -160,11 +159,11 @@ class AsyncUpstream:
                                           f"({type(exc).__name__})", retryable=True, retry_after=1) from None
                 try:
                     if resp.status_code != 200:
-                        await _drain(resp)
+                        await drain(resp)
                         f = failure_for_status(resp.status_code, resp.headers.get("retry-after"))
                         healthy = False if f.counts_against else None
                         raise f
-                    out = await self._read(resp, req, collector, index, start, tm, loop)
+                    out = await self._read(resp, req, sink, start, tm, loop)
                     healthy = True
                     return out
                 finally:
@@ -197,7 +196,7 @@ class AsyncUpstream:
                 raise UpstreamFailure("upstream_error", "the upstream's output broke the requested JSON schema")
             c.accept(t)
 
-    async def _read(self, resp: httpx.Response, req: EngineRequest, collector: OutputCollector, index: int,
+    async def _read(self, resp: httpx.Response, req: EngineRequest, sink: Sink,
                     start: float, tm: asyncio.Timeout, loop: asyncio.AbstractEventLoop) -> RequestOutput:
         end: Chunk | None = None
         usage: dict[str, object] | None = None
@@ -229,8 +228,7 @@ class AsyncUpstream:
                     generated += len(chunk.token_ids)
                 if req.constraint is not None:
                     self._check(req, chunk.token_ids)
-                collector.put(index, RequestOutput(req.request_id, list(chunk.token_ids), chunk.text,
-                                                   logprobs=chunk.logprobs))
+                sink.put(RequestOutput(req.request_id, list(chunk.token_ids), chunk.text, logprobs=chunk.logprobs))
             if chunk.finish is not None:
                 end = chunk
         if not done or end is None:
@@ -245,33 +243,3 @@ class AsyncUpstream:
             timing=Timing(queue_ms=0.0, prefill_ms=ttft * 1e3, decode_ms=(now - (first or now)) * 1e3,
                           total_ms=(now - start) * 1e3),
         )
-
-
-def refuse_unsupported(name: str, req: EngineRequest, token_ids: bool) -> None:
-    """What the hop cannot carry. A constraint goes upstream as its JSON schema (`response_format`) and is
-    checked here token by token, which needs the upstream's token ids; a constraint that is no JSON schema
-    cannot go at all."""
-    if req.constraint is not None and (not token_ids or getattr(req.constraint, "schema", None) is None):
-        raise ApiError("invalid_request", f"model {name} is served by an upstream engine that does not return "
-                       "token ids, so its JSON output cannot be checked here; constrained decoding "
-                       "(response_format, tool calls) is not available for it", param="response_format",
-                       code="unsupported_for_model")
-
-
-async def _drain(resp: httpx.Response) -> None:
-    """Read (and drop) a little of an error answer; its content never reaches a client."""
-    read = 0
-    async for part in resp.aiter_raw():
-        read += len(part)
-        if read >= _MAX_ERROR_BODY:
-            break
-
-
-def _end(req: EngineRequest, reason: FinishReason, f: UpstreamFailure | None = None) -> RequestOutput:
-    out = RequestOutput(req.request_id, [], "", finished=True, finish_reason=reason,
-                        prompt_tokens=len(req.prompt_ids), seed=req.params.seed)
-    if reason is FinishReason.ERROR:
-        out.error = f.message if f is not None else "the upstream client failed"
-        out.error_type = f.type if f is not None else None
-        out.retry_after = f.retry_after if f is not None else None
-    return out
