@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +35,7 @@ def test_every_ladder_knob_has_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
                  "--upstream-breaker-open", "4")
     cfg = cli_upstream.upstream_from_args(args, "small")
     assert cfg.targets == (UpstreamTarget("small", "http://a:1/v1"), UpstreamTarget("big", "http://b:2/v1"))
-    assert UpstreamModel("big", "v3", "sha256:" + "ab" * 32, cli_upstream.Path("/m/big.gguf")) in cfg.models
+    assert UpstreamModel("big", "v3", "sha256:" + "ab" * 32, Path("/m/big.gguf")) in cfg.models
     assert cfg.api_key == "from-env" and not cfg.local_model
     assert (cfg.connect_timeout_s, cfg.attempt_timeout_s, cfg.read_timeout_s, cfg.retries, cfg.backoff_s,
             cfg.max_budget_s, cfg.breaker_failures, cfg.breaker_open_s) == (1, 5, 7, 2, 0.5, 60, 3, 4)
