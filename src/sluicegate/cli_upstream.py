@@ -72,6 +72,8 @@ def upstream_from_args(args: argparse.Namespace, default_name: str | None) -> Up
         targets.append(UpstreamTarget(name, url.rstrip("/")))
     if args.no_local_model and not targets:
         raise ValueError("--no-local-model needs at least one --upstream")
+    # a name an upstream serves is not also served locally: its GGUF gives the tokenizer, vocab only
+    local = not args.no_local_model and not any(t.name == default_name for t in targets if default_name)
     versions, digests = _pairs(args.upstream_version, "--upstream-version"), _pairs(args.upstream_digest,
                                                                                     "--upstream-digest")
     toks = _pairs(args.upstream_tokenizer, "--upstream-tokenizer")
@@ -87,7 +89,7 @@ def upstream_from_args(args: argparse.Namespace, default_name: str | None) -> Up
                                  Path(toks[n]) if n in toks else None) for n in sorted(names))
     cfg = UpstreamConfig(
         targets=tuple(targets), models=models, api_key=args.upstream_key or os.environ.get(KEY_ENV) or None,
-        local_model=not args.no_local_model, connect_timeout_s=args.upstream_connect_timeout,
+        local_model=local, connect_timeout_s=args.upstream_connect_timeout,
         attempt_timeout_s=args.upstream_attempt_timeout, read_timeout_s=args.upstream_read_timeout,
         retries=args.upstream_retries, backoff_s=args.upstream_backoff, max_budget_s=args.upstream_max_budget,
         breaker_failures=args.upstream_breaker_failures, breaker_open_s=args.upstream_breaker_open,

@@ -82,3 +82,9 @@ def test_the_breaker_opens_refuses_then_lets_one_trial_through() -> None:
     assert a.trial and not a.available(a.open_until) and pick([a]) is None
     a.release(True)
     assert a.available(0.0) and a.failures == 0
+
+
+def test_a_name_an_upstream_serves_is_not_also_served_locally() -> None:
+    assert not cli_upstream.upstream_from_args(parse("--upstream", "http://a/v1"), "m").local_model
+    assert not cli_upstream.upstream_from_args(parse("--upstream", "m=http://a/v1"), "m").local_model
+    assert cli_upstream.upstream_from_args(parse("--upstream", "big=http://a/v1"), "m").local_model

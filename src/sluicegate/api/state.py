@@ -100,6 +100,11 @@ class AppState:
         else:
             ups = {}
         models = {} if self.model is None else {self.model.identity.name: self.model}
+        if clash := models.keys() & ups.keys():
+            log.error("refusing to serve: model %s is both the local model and an upstream's; name the upstream "
+                      "(--upstream NAME=URL) or serve no local model (--no-local-model)", ", ".join(clash))
+            self.load_error = "upstream_refused"
+            return
         models.update(ups)
         self.models = models
 

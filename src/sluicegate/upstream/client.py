@@ -40,6 +40,10 @@ from sluicegate.upstream.wire import (
 log = logging.getLogger("sluicegate.upstream")
 
 
+# Failures of a request before any answer: connect errors, and a pooled connection the upstream had closed.
+_UNREACHED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.WriteError, httpx.ReadError, httpx.RemoteProtocolError)
+
+
 class _Expired(Exception):
     pass
 
@@ -154,8 +158,8 @@ class AsyncUpstream:
                     request = self._http.build_request("POST", f"{ep.url}/completions", json=body,
                                                        headers=self._headers)
                     resp = await self._http.send(request, stream=True)
-                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                    raise UpstreamFailure("upstream_unavailable", f"could not connect to the upstream "
+                except _UNREACHED as exc:  # no answer began: retrying cannot duplicate anything a client saw
+                    raise UpstreamFailure("upstream_unavailable", f"could not reach the upstream "
                                           f"({type(exc).__name__})", retryable=True, retry_after=1) from None
                 try:
                     if resp.status_code != 200:
