@@ -80,23 +80,25 @@ def limits_from_args(args: argparse.Namespace) -> LimitsConfig:
 
 
 def serve(args: argparse.Namespace) -> int:
+    name, version = args.name, args.model_version
+    if args.model is None:
+        name, version = name or "smollm2-135m-instruct", version or "q4_1"
+    try:  # before any import of the model's runtime: a configuration that cannot work exits at once
+        upstream = cli_upstream.upstream_from_args(args, name)
+    except ValueError as exc:
+        print(f"sluicegate: {exc}", file=sys.stderr)
+        return 2
+
     import uvicorn
 
     from sluicegate.api.app import create_app
     from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 
-    name, version = args.name, args.model_version
     path = args.model
     if path is None:
         path = default_model_path()
-        name, version = name or "smollm2-135m-instruct", version or "q4_1"
     elif not path.is_file():
         print(f"sluicegate: no model file at {path}", file=sys.stderr)
-        return 2
-    try:
-        upstream = cli_upstream.upstream_from_args(args, name)
-    except ValueError as exc:
-        print(f"sluicegate: {exc}", file=sys.stderr)
         return 2
     config = Config(
         upstream=upstream,
