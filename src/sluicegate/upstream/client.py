@@ -96,9 +96,10 @@ class AsyncUpstream:
             task.cancel()
 
     async def close(self) -> None:
-        for task in list(self._tasks.values()):
+        tasks = list(self._tasks.values())
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self, req: EngineRequest, sink: Sink) -> None:
         start = time.monotonic()
