@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from sluicegate import cli_jobs, cli_store
+from sluicegate import cli_jobs, cli_store, cli_upstream
 from sluicegate.config import (
     AuthConfig,
     Config,
@@ -75,6 +75,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--drain-seconds", type=float, default=lim.drain_s,
                    help="on shutdown, how long in-flight requests may finish before they are cancelled")
     cli_store.add_store_args(p)
+    cli_upstream.add_upstream_args(p)
     rl = RateLimitConfig()
     p.add_argument("--redis-url", default=rl.redis_url,
                    help="rate-limit buckets in Redis, shared by every replica (default: in this process)")
@@ -135,20 +136,28 @@ def webhooks_from_args(args: argparse.Namespace) -> WebhookConfig:
 
 
 def serve(args: argparse.Namespace) -> int:
+    name, version = args.name, args.model_version
+    if args.model is None:
+        name, version = name or "smollm2-135m-instruct", version or "q4_1"
+    try:  # before any import of the model's runtime: a configuration that cannot work exits at once
+        upstream = cli_upstream.upstream_from_args(args, name)
+    except ValueError as exc:
+        print(f"sluicegate: {exc}", file=sys.stderr)
+        return 2
+
     import uvicorn
 
     from sluicegate.api.app import create_app
     from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 
-    name, version = args.name, args.model_version
     path = args.model
     if path is None:
         path = default_model_path()
-        name, version = name or "smollm2-135m-instruct", version or "q4_1"
     elif not path.is_file():
         print(f"sluicegate: no model file at {path}", file=sys.stderr)
         return 2
     config = Config(
+        upstream=upstream,
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
                           n_threads=args.threads, adaptive_threads=args.adaptive_threads,
                           flash_attn=args.flash_attn),
@@ -176,7 +185,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"sluicegate: {refusal}", file=sys.stderr)
         return 2
     try:
-        app = create_app(config, factory, store=store)
+        app = create_app(config, factory, store=store,
+                         tokenizers=cli_upstream.tokenizer_factory(upstream, path) if upstream.targets else None)
         uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                             timeout_graceful_shutdown=int(config.limits.drain_s) + 1)
         uvicorn.Server(uv).run()

@@ -103,6 +103,63 @@ class WebhookConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamTarget:
+    """One OpenAI-compatible engine serving one model name (`serve --upstream [NAME=]URL`)."""
+
+    name: str  # the model name clients send; also the `model` sent upstream
+    url: str  # the engine's OpenAI base URL, `/v1` included (as the `openai` client's base_url)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamModel:
+    """How one upstream-served model is described and tokenised (docs/upstream.md)."""
+
+    name: str  # served name
+    version: str = "upstream"  # served version (`--upstream-version NAME=V`)
+    digest: str | None = None  # "sha256:<hex>" of the weights when the operator knows it; None: reported unknown
+    tokenizer: Path | None = None  # GGUF holding the model's own tokenizer (vocab only); None: the local model's
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    """Upstream engines behind our boundary, and the timeout ladder to them (docs/timeouts.md)."""
+
+    targets: tuple[UpstreamTarget, ...] = ()  # several for one name: balanced by outstanding requests
+    models: tuple[UpstreamModel, ...] = ()  # per-name identity and tokenizer; a name without one gets defaults
+    api_key: str | None = None  # sent as Bearer; `--upstream-key` or env SLUICEGATE_UPSTREAM_KEY
+    local_model: bool = True  # also serve the local GGUF; False: upstreams only (`--no-local-model`)
+    connect_timeout_s: float = 2.0  # TCP + TLS connect to an upstream, part of the attempt timeout
+    attempt_timeout_s: float = 20.0  # one attempt: request sent to first token (queue + prefill upstream)
+    read_timeout_s: float = 30.0  # longest silence between two chunks once the first token came
+    retries: int = 1  # extra attempts, only before the first token, only for connect errors and 502/503/504
+    backoff_s: float = 0.2  # wait before a retry, jittered uniformly over [backoff/2, backoff]
+    max_budget_s: float = 300.0  # the longest budget a caller may have (the route's cap); the ladder must fit it
+    breaker_failures: int = 5  # consecutive failures that open an upstream's circuit
+    breaker_open_s: float = 10.0  # an open circuit refuses (503 + Retry-After) this long, then lets one try
+    max_connections: int = 256  # pooled connections per upstream process-wide
+
+    def ladder_s(self) -> float:
+        """The worst case of the ladder before a first token: every attempt timing out, every backoff."""
+        return (1 + self.retries) * self.attempt_timeout_s + self.retries * self.backoff_s
+
+    def check(self) -> None:
+        """Refuse a configuration whose ladder cannot fit the budget (start-up; ValueError names the knobs)."""
+        if self.retries < 0 or self.attempt_timeout_s <= 0 or self.backoff_s < 0 or self.connect_timeout_s <= 0:
+            raise ValueError("upstream timeouts must be positive and retries at least 0")
+        if self.connect_timeout_s > self.attempt_timeout_s:
+            raise ValueError(f"--upstream-connect-timeout ({self.connect_timeout_s:g} s) exceeds "
+                             f"--upstream-attempt-timeout ({self.attempt_timeout_s:g} s)")
+        worst = self.ladder_s()
+        if worst > self.max_budget_s:
+            raise ValueError(
+                f"the upstream ladder does not fit the budget: {1 + self.retries} attempts x "
+                f"{self.attempt_timeout_s:g} s + {self.retries} x {self.backoff_s:g} s backoff = {worst:g} s, "
+                f"more than --upstream-max-budget {self.max_budget_s:g} s; lower --upstream-attempt-timeout or "
+                "--upstream-retries"
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -113,6 +170,7 @@ class Config:
     idempotency: IdempotencyConfig = field(default_factory=IdempotencyConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     webhooks: WebhookConfig = field(default_factory=WebhookConfig)
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     host: str = "127.0.0.1"  # listen address
     # Host header names served (`--allowed-hosts`; `*` any, `*.example.com` its subdomains); None: loopback
     # names and addresses on a loopback bind, any host on a wildcard or other bind (DNS rebinding, docs/serving.md)

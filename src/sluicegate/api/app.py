@@ -27,27 +27,34 @@ from sluicegate.api.routes import (
     metrics,
     openai,
     predictions,
+    tokenize,
     usage,
     webhooks,
 )
 from sluicegate.api.state import AppState, RunnerFactory
+from sluicegate.api.upstreams import TokenizerFactory
 from sluicegate.config import Config
 from sluicegate.protocol.batches import BatchCreateRequest
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_completions import CompletionRequest
 from sluicegate.protocol.predictions import PredictionRequest
+from sluicegate.protocol.tokenize import DetokenizeRequest, TokenizeRequest
 from sluicegate.protocol.webhooks import WebhookEndpointCreate
 from sluicegate.store.db import Store
 
 REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest,
-                                         PredictionRequest, WebhookEndpointCreate, BatchCreateRequest]
+                                         PredictionRequest, WebhookEndpointCreate, BatchCreateRequest,
+                                         TokenizeRequest, DetokenizeRequest]
 
 
-def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None) -> FastAPI:
+def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None,
+               tokenizers: TokenizerFactory | None = None) -> FastAPI:
     """The app. `store` holds the API keys and the usage ledger (the caller opens, migrates and closes it);
-    None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document)."""
+    None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document). `tokenizers`
+    gives an upstream model's own tokenizer by name (None: the local model's, api/upstreams.py)."""
     state = AppState(config, factory) if store is None else AppState(config, factory, store)
+    state.tokenizers = tokenizers
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -73,6 +80,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(files.router)
     app.include_router(batches.router)
     app.include_router(batch_predictions.router)
+    app.include_router(tokenize.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes,
                        upload_bytes=config.jobs.max_file_bytes)
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key

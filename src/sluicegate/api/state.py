@@ -8,10 +8,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
 from prometheus_client import CollectorRegistry, Gauge
 from starlette.requests import HTTPConnection
 
 from sluicegate.api.jobs_runtime import JobsRuntime
+from sluicegate.api.upstreams import TokenizerFactory, load_upstreams
 from sluicegate.backends.base import ModelRunner
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
@@ -24,6 +26,7 @@ from sluicegate.tenancy.idempotency import IdempotencyStore, maintain
 from sluicegate.tenancy.key_cache import KeyCache
 from sluicegate.tenancy.ratelimit import RateLimiter, build_rate_limiter
 from sluicegate.tenancy.usage import UsageLedger
+from sluicegate.upstream import AsyncUpstream, UpstreamRefused, new_http_client
 from sluicegate.webhooks import Webhooks
 
 log = logging.getLogger("sluicegate")
@@ -43,7 +46,10 @@ class AppState:
     webhooks: Webhooks = field(init=False)  # endpoints, `emit` for the job system, the delivery dispatcher
     batch: JobsRuntime = field(init=False)  # batch jobs and files; its worker starts once the model is loaded
     _maintenance: asyncio.Task[None] | None = None  # renews this process's claims, prunes expired keys
-    model: ServedModel | None = None
+    model: ServedModel | None = None  # the local model (None with --no-local-model)
+    models: dict[str, ServedModel] = field(default_factory=dict)  # every served model by name, once all loaded
+    tokenizers: TokenizerFactory | None = None  # an upstream model's tokenizer; None: the local model's runner
+    http: httpx.AsyncClient | None = None  # the pooled client of every upstream
     engine: Engine | None = None
     load_error: str | None = None
     load_started: float = 0.0
@@ -51,7 +57,7 @@ class AppState:
 
     def __post_init__(self) -> None:
         ready = Gauge("sluicegate_ready", "1 once the model has loaded and the engine runs", registry=self.registry)
-        ready.set_function(lambda: 1.0 if self.model is not None else 0.0)
+        ready.set_function(lambda: 1.0 if self.models else 0.0)
         self.ledger = UsageLedger(self.store, max_pending=self.config.store.usage_max_pending)
         self.keys = self._key_cache()
         self.limiter = build_rate_limiter(self.config.ratelimit)  # opens no connection until first used
@@ -84,8 +90,36 @@ class AppState:
         await self.limiter.close()
 
     async def load(self) -> None:
-        """Load the model off the event loop; health answers meanwhile and readiness says 503."""
+        """Load the local model, then probe the upstreams (api/upstreams.py); health answers meanwhile and
+        readiness says 503 until every model can serve."""
         self.load_started = time.monotonic()
+        if self.config.upstream.local_model:
+            await self._load_local()
+            if self.model is None:
+                return
+        if self.config.upstream.targets:
+            self.http = new_http_client(self.config.upstream)
+            try:
+                ups = await load_upstreams(self.config, self.http, self.tokenizers or self._local_tokenizer)
+            except (UpstreamRefused, OSError, ValueError) as exc:
+                log.error("refusing to serve: %s", exc)  # the operator's message: never a client's
+                self.load_error = "upstream_refused"
+                return
+        else:
+            ups = {}
+        models = {} if self.model is None else {self.model.identity.name: self.model}
+        if clash := models.keys() & ups.keys():
+            log.error("refusing to serve: model %s is both the local model and an upstream's; name the upstream "
+                      "(--upstream NAME=URL) or serve no local model (--no-local-model)", ", ".join(clash))
+            self.load_error = "upstream_refused"
+            return
+        models.update(ups)
+        self.models = models
+
+    def _local_tokenizer(self, name: str) -> ModelRunner:
+        return self.model.runner if self.model is not None else self.factory()
+
+    async def _load_local(self) -> None:
         try:
             runner = await asyncio.to_thread(self.factory)
         except Exception as exc:
@@ -109,18 +143,38 @@ class AppState:
 
     async def close(self) -> None:
         await self.batch.stop()  # leases handed back before the engine stops
+        for m in self.models.values():
+            if isinstance(m.engine, AsyncUpstream):
+                await m.engine.close()
+        if self.http is not None:
+            await self.http.aclose()
         if self.engine is not None:
             await asyncio.to_thread(self.engine.stop, drain_s=self.config.limits.drain_s)
             self.engine.close()  # frees the model only if no step can still be running
             self.engine = None
 
-    def served(self) -> ServedModel:
-        if self.model is not None:
-            return self.model
+    def served(self, requested: str | None = None) -> ServedModel:
+        """The model a request names (`name` or `name@version`; None: the local model, else the first
+        upstream); an unknown one is 404 model_not_found listing what is served."""
+        if self.models:
+            if requested is None:
+                return self.model or next(iter(self.models.values()))
+            name = requested.split("@", 1)[0]
+            found = self.models.get(name)
+            if found is not None and requested in (name, found.identity.ref):
+                return found
+            refs = ", ".join(sorted(m.identity.ref for m in self.models.values()))
+            raise ApiError("model_not_found", f"no such model; this server serves {refs}", param="model",
+                           code="model_not_found")
         if self.load_error is not None:
             raise ApiError("not_ready", "the model failed to load; the operator must fix the server",
                            code="load_failed", retry_after=60)
         raise ApiError("not_ready", "the model is still loading", code="loading", retry_after=2)
+
+    def all_served(self) -> list[ServedModel]:
+        """Every served model, the default first; refuses (503) while loading, as `served` does."""
+        first = self.served()
+        return [first] + [m for m in self.models.values() if m is not first]
 
 
 def app_state(conn: HTTPConnection) -> AppState:

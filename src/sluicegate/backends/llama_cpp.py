@@ -61,10 +61,14 @@ class LlamaCppRunner:
     def __init__(
         self, path: Path, *, n_ctx: int = 2048, n_slots: int = 16, n_batch: int = 512, n_threads: int | None = None,
         name: str | None = None, version: str | None = None, flash_attn: bool = False, adaptive_threads: bool = True,
+        vocab_only: bool = False,
     ) -> None:
+        """`vocab_only`: the tokenizer alone (no weights, no context; `execute` is unusable), for a model an
+        upstream engine runs."""
         _init_backend()
         self._path = path
         mparams = L.llama_model_default_params()
+        mparams.vocab_only = vocab_only
         # Extra buffer types include llama.cpp's AMX kernels, which crash (SIGSEGV in ggml_backend_amx_mul_mat)
         # on CPUs that report AMX inside VMs that do not grant tile state. Plain CPU buffers work everywhere.
         mparams.use_extra_bufts = False
@@ -72,7 +76,7 @@ class LlamaCppRunner:
         if not self._model:
             raise ValueError(f"could not load a GGUF model from {path.name}")
         self._vocab = L.llama_model_get_vocab(self._model)
-        n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(self._model)))
+        n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(self._model)) or n_ctx)
         cparams = L.llama_context_default_params()
         cparams.n_ctx = n_ctx * n_slots
         cparams.n_batch = n_batch
@@ -90,11 +94,11 @@ class LlamaCppRunner:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
-        self._ctx = L.llama_init_from_model(self._model, cparams)
-        if not self._ctx:
+        self._ctx = None if vocab_only else L.llama_init_from_model(self._model, cparams)
+        if not self._ctx and not vocab_only:
             L.llama_model_free(self._model)
             raise ValueError("could not create a llama.cpp context (too many slots or too long a window?)")
-        self._mem = L.llama_get_memory(self._ctx)
+        self._mem = L.llama_get_memory(self._ctx) if self._ctx else None
         self._n_vocab = int(L.llama_vocab_n_tokens(self._vocab))
         self._batch = L.llama_batch_init(n_batch, 0, 1)
         self._piece_cache: dict[int, bytes] = {}
@@ -105,7 +109,7 @@ class LlamaCppRunner:
             eos_ids=frozenset(eos), bos_id=bos if bos >= 0 else None,
             batch_invariant=not flash_attn,  # flash attention's kernels round differently in company
         )
-        digest = file_digest(path)
+        digest = "unknown" if vocab_only else file_digest(path)
         meta_name = self._meta("general.name")
         self._identity = ModelIdentity(
             name=slug(name or meta_name or path.stem),
@@ -228,3 +232,7 @@ class LlamaCppRunner:
             L.llama_free(self._ctx)
             L.llama_model_free(self._model)
             self._ctx = None
+        elif self._model and self._mem is None:  # vocab only: no context was made
+            L.llama_batch_free(self._batch)
+            L.llama_model_free(self._model)
+            self._model = None

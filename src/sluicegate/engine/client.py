@@ -29,6 +29,7 @@ def merge_into(acc: RequestOutput, out: RequestOutput) -> None:
     acc.logprobs.extend(out.logprobs)
     if out.finished:
         acc.finished, acc.finish_reason, acc.error = True, out.finish_reason, out.error
+        acc.error_type, acc.retry_after = out.error_type, out.retry_after
         acc.prompt_tokens, acc.cached_tokens = out.prompt_tokens, out.cached_tokens
         acc.completion_tokens, acc.seed, acc.timing = out.completion_tokens, out.seed, out.timing
 

@@ -109,3 +109,5 @@ class RequestOutput:
     seed: int | None = None
     timing: Timing | None = None
     error: str | None = None
+    error_type: str | None = None  # a failure the client is told of as this envelope type (upstream_*); None: internal
+    retry_after: int | None = None  # with error_type: seconds the client should wait before trying again

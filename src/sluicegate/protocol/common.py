@@ -44,7 +44,8 @@ class ResponseModel(BaseModel):
 class ModelInfo(ResponseModel):
     name: str
     version: str
-    digest: str = Field(description="sha256 of the weights file, as `sha256:<hex>`")
+    digest: str = Field(description="sha256 of the weights file, as `sha256:<hex>`; `unknown` for a model served "
+                        "by an upstream engine whose operator gave none")
 
 
 class PromptTokensDetails(ResponseModel):

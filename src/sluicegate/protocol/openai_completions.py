@@ -15,6 +15,7 @@ from sluicegate.protocol.common import (
     present,
     when,
 )
+from sluicegate.protocol.openai_chat import ResponseFormat
 from sluicegate.protocol.openai_common import (
     MAX_N,
     MAX_SEED,
@@ -60,6 +61,7 @@ class CompletionRequest(StrictModel):
     max_tokens: int = Field(16, ge=1, le=1 << 17)
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="0 is greedy")
     top_p: float = Field(1.0, ge=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, le=1 << 20, description="vLLM's and llama-server's extension; 0 is off")
     n: int = Field(1, ge=1, le=MAX_N, description="choices per prompt; run i uses seed + i when seeded")
     stop: Stop | None = None
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
@@ -73,6 +75,12 @@ class CompletionRequest(StrictModel):
     suffix: str | None = Field(
         None, min_length=1, description="fill in the middle; needs a model with FIM tokens"
     )
+    return_tokens_as_token_ids: bool = Field(False, description="vLLM's extension: logprobs name tokens as "
+                                             "`token_id:<id>` instead of their text")
+    response_format: ResponseFormat | None = Field(None, description="JSON output, as chat completions (and vLLM) "
+                                                   "take it")
+    return_token_ids: bool = Field(False, description="vLLM's extension: each choice (each stream chunk) carries its "
+                                   "new token ids as `token_ids`")
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, max_length=256, description="recorded with the request in the log")
@@ -121,6 +129,7 @@ class CompletionLogprobs(ResponseModel):
 class CompletionChoice(ResponseModel):
     index: int
     text: str
+    token_ids: list[int] | None = Field(None, description="with return_token_ids: this choice's (chunk's) token ids")
     logprobs: CompletionLogprobs | None
     finish_reason: Literal["stop", "length"] | None
 

@@ -56,7 +56,9 @@ class GrammarConstraint:
     unpacks it for the rows that need the whole mask (sampling, logprobs, a best token the grammar refuses).
     """
 
-    def __init__(self, matcher: llg.LLMatcher, n_vocab: int, eos_ids: frozenset[int]) -> None:
+    def __init__(self, matcher: llg.LLMatcher, n_vocab: int, eos_ids: frozenset[int],
+                 schema: dict[str, Any] | None = None) -> None:
+        self.schema = schema  # the JSON schema enforced, when it came from one (sent on to an upstream engine)
         self._matcher = matcher
         self._n_vocab = n_vocab
         self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.uint32)
@@ -106,7 +108,8 @@ class GrammarConstraint:
 class Grammar:
     """A compiled grammar for one model; `constraint()` gives each sequence its own state."""
 
-    def __init__(self, runner: ModelRunner, grammar: str) -> None:
+    def __init__(self, runner: ModelRunner, grammar: str, schema: dict[str, Any] | None = None) -> None:
+        self.schema = schema
         matcher = llg.LLMatcher(tokenizer_for(runner), grammar, log_level=0, limits=_LIMITS)
         if matcher.is_error():
             raise GrammarError(matcher.get_error())
@@ -115,7 +118,7 @@ class Grammar:
         self._eos_ids = runner.limits.eos_ids
 
     def constraint(self) -> GrammarConstraint:
-        return GrammarConstraint(self._matcher.deep_copy(), self._n_vocab, self._eos_ids)
+        return GrammarConstraint(self._matcher.deep_copy(), self._n_vocab, self._eos_ids, self.schema)
 
 
 def json_schema_grammar(schema: dict[str, Any]) -> str:
@@ -128,7 +131,7 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
 
 def compile_json(runner: ModelRunner, schema: dict[str, Any]) -> Grammar:
     """Compile `schema` for `runner` (blocking: grammar construction, and the vocabulary if not yet built)."""
-    return Grammar(runner, json_schema_grammar(schema))
+    return Grammar(runner, json_schema_grammar(schema), schema)
 
 
 class _Vocab:

@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from sluicegate.engine import (
-    AsyncEngine,
     EngineOverloaded,
     EngineRequest,
     EngineStopped,
@@ -39,7 +38,7 @@ from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import Constraint
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
-from sluicegate.serving.models import ServedModel, check_text
+from sluicegate.serving.models import EngineClient, ServedModel, check_text
 
 log = logging.getLogger("sluicegate.serving")
 
@@ -58,6 +57,8 @@ def engine_error(exc: Exception) -> ApiError:
 
 def finish_error(out: RequestOutput) -> ApiError | None:
     """The error a finished run means for its client, if any (logged here, once)."""
+    if out.finish_reason is FinishReason.ERROR and out.error_type is not None:  # an upstream's typed failure
+        return ApiError(out.error_type, out.error or "the upstream failed", retry_after=out.retry_after)
     if out.finish_reason is FinishReason.ERROR:
         log.error("%s engine error: %s", out.request_id, out.error)
         return ApiError("internal_error", "internal error; report the request id")
@@ -107,7 +108,7 @@ class RunResult:
 class Runs:
     """The engine runs of one API request, submitted together and read as one stream of (index, delta)."""
 
-    def __init__(self, engine: AsyncEngine, requests: Sequence[EngineRequest], cost: int) -> None:
+    def __init__(self, engine: EngineClient, requests: Sequence[EngineRequest], cost: int) -> None:
         self.requests = list(requests)
         self.cost = cost  # tokens: prompt plus the new tokens each run may generate (module doc)
         self._engine = engine

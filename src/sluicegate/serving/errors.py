@@ -34,7 +34,10 @@ STATUS: Mapping[str, int] = {
     "shutting_down": 503,
     "store_unavailable": 503,
     "internal_error": 500,
+    "upstream_error": 502,
+    "upstream_unavailable": 503,
     "deadline_exceeded": 504,
+    "upstream_timeout": 504,
 }
 
 

@@ -10,6 +10,7 @@ from sluicegate.protocol.common import ModelInfo, PromptTokensDetails, StageTimi
 from sluicegate.protocol.generate import GenerateRequest, GenerateResponse
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import Runs, check_text_bytes, check_tokens, collect_finished, start_runs
+from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 
 
@@ -21,6 +22,11 @@ async def start(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -
     ids = await model.tokenize(req.prompt, parse_special=req.parse_special)
     ctx.stage("tokenize", t)
     check_tokens(model, len(ids), req.max_new_tokens, prompt_param="prompt", new_param="max_new_tokens")
+    if not model.token_ids:
+        raise ApiError(
+            "invalid_request", f"model {model.identity.name} is served by an upstream engine that does not return "
+            "token ids, which /v1/generate answers with; use /v1/completions for it", param="model",
+            code="unsupported_for_model")
     return await start_runs(model, ctx, [ids], req.to_sampling_params(), requested_new=req.max_new_tokens,
                             new_param="max_new_tokens")
 

@@ -3,21 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from sluicegate.backends.base import ModelIdentity, ModelRunner, RunnerLimits
-from sluicegate.engine import AsyncEngine
+from sluicegate.engine.client import OutputCollector
+from sluicegate.engine.types import EngineRequest
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.errors import ApiError
 
 _LARGE_TEXT = 16_384  # characters; longer texts are tokenised off the event loop
 
 
+class EngineClient(Protocol):
+    """What the serving core needs of an engine: the local one (engine.AsyncEngine) or an upstream one
+    (upstream.AsyncUpstream). `submit` may raise ApiError (an upstream's open circuit) or the engine's
+    refusals; every run it accepts ends with a finished output."""
+
+    def submit(self, requests: Sequence[EngineRequest]) -> OutputCollector: ...
+
+    def abort(self, request_id: str) -> None: ...
+
+
 @dataclass(slots=True)
 class ServedModel:
-    runner: ModelRunner
-    engine: AsyncEngine
+    runner: ModelRunner  # the model's tokenizer (and, for the local model, its weights)
+    engine: EngineClient
     budget: Budget | None = None  # None: the runner's window and default limits (computed here)
+    identity_override: ModelIdentity | None = None  # an upstream model's configured identity
+    token_ids: bool = True  # its answers carry token ids (an upstream may not return them)
+    limits_override: RunnerLimits | None = None  # an upstream model's window (the tokenizer's is not it)
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -30,11 +46,16 @@ class ServedModel:
 
     @property
     def identity(self) -> ModelIdentity:
-        return self.runner.identity
+        return self.identity_override or self.runner.identity
 
     @property
     def limits(self) -> RunnerLimits:
-        return self.runner.limits
+        return self.limits_override or self.runner.limits
+
+    @property
+    def upstream(self) -> bool:
+        """Served by an upstream engine (the identity is the configured one; upstream.AsyncUpstream)."""
+        return self.identity_override is not None
 
     def resolve(self, requested: str | None, *, param: str = "model") -> ModelIdentity:
         """Accept no model, `name`, or `name@version`; anything else is model_not_found."""

@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 from sluicegate import __version__
 from sluicegate.backends.base import ModelRunner
-from sluicegate.engine import FinishReason, RequestOutput, SamplingParams, TokenLogprob
+from sluicegate.engine import AsyncEngine, FinishReason, RequestOutput, SamplingParams, TokenLogprob
 from sluicegate.protocol.openai_common import OpenAIUsage, PromptTokensDetails, TopLogprob
 from sluicegate.protocol.openai_common import TokenLogprob as TokenLogprobOut
 from sluicegate.serving.errors import ApiError
@@ -29,8 +29,11 @@ MASKED_LOGPROB = -9999.0  # what OpenAI reports for a token that could not be ch
 
 def fingerprint(model: ServedModel) -> str:
     """`fp_` + 10 hex of the weights digest and everything in the engine that can change an output."""
-    cfg = model.engine.engine.scheduler.config
     lim = model.limits
+    if not isinstance(model.engine, AsyncEngine):  # an upstream: its own engine's settings are not known here
+        key = f"{model.identity.ref}|{model.identity.digest}|n_ctx={lim.n_ctx}|upstream|sluicegate={__version__}"
+        return "fp_" + hashlib.sha256(key.encode()).hexdigest()[:10]
+    cfg = model.engine.engine.scheduler.config
     key = (
         f"{model.identity.digest}|block={cfg.block_size}|batch={cfg.max_batch_tokens}|n_ctx={lim.n_ctx}"
         f"|slots={lim.n_slots}|n_batch={lim.n_batch}|sluicegate={__version__}"
@@ -162,7 +165,9 @@ class CompletionLogprobState:
         lps: Sequence[TokenLogprob],
         *,
         want_top: bool,
+        as_ids: bool = False,
     ) -> tuple[list[str], list[float], list[dict[str, float]] | None, list[int]]:
+        """`as_ids`: tokens named `token_id:<id>` (vLLM's return_tokens_as_token_ids), not by their text."""
         eos = runner.limits.eos_ids
         tokens: list[str] = []
         values: list[float] = []
@@ -172,13 +177,13 @@ class CompletionLogprobState:
             if lp.token_id in eos:
                 continue
             text, raw = token_piece(runner, lp.token_id)
-            tokens.append(text)
+            tokens.append(f"token_id:{lp.token_id}" if as_ids else text)
             values.append(_lp(lp.logprob))
             offsets.append(self.offset)
             self.offset += len(self.decoder.decode(raw))
             if want_top:
                 top: dict[str, float] = {}
                 for tid, v in lp.top:
-                    top.setdefault(token_piece(runner, tid)[0], _lp(v))
+                    top.setdefault(f"token_id:{tid}" if as_ids else token_piece(runner, tid)[0], _lp(v))
                 tops.append(top)
         return tokens, values, (tops if want_top else None), offsets

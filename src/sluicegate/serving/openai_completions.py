@@ -12,6 +12,7 @@ characters of text (docs/openai.md). An adapter on the serving core (serving/cor
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from sluicegate.serving.openai_common import (
     sampling_params,
     usage,
 )
+from sluicegate.serving.structured import completion_grammar
 
 FIM_STYLES = (
     ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder, DeepSeek-Coder-like
@@ -149,7 +151,11 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
         param = "prompt" if len(all_ids) == 1 else f"prompt[{k}]"
         check_tokens(model, len(ids), req.max_tokens, prompt_param=param, new_param="max_tokens")
     params = sampling_params(req, model.limits.n_vocab, max_new_tokens=req.max_tokens, logprobs=req.logprobs)
-    runs = await start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens, new_param="max_tokens")
+    if req.top_k:
+        params = dataclasses.replace(params, top_k=req.top_k)
+    grammar = await completion_grammar(model, req)
+    runs = await start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens, new_param="max_tokens",
+                            constraint=None if grammar is None else grammar.constraint)
     return CompletionPlan(req, texts, runs, ident.ref, fingerprint(model))
 
 
@@ -161,7 +167,8 @@ def _logprobs(
 ) -> CompletionLogprobs | None:
     if req.logprobs is None:
         return None
-    tokens, values, tops, offsets = state.shape(model.runner, lps, want_top=req.logprobs > 0)
+    tokens, values, tops, offsets = state.shape(model.runner, lps, want_top=req.logprobs > 0,
+                                                as_ids=req.return_tokens_as_token_ids)
     return CompletionLogprobs(tokens=tokens, token_logprobs=values, top_logprobs=tops, text_offset=offsets)
 
 
@@ -177,6 +184,7 @@ async def complete(model: ServedModel, plan: CompletionPlan, ctx: RequestContext
             CompletionChoice(
                 index=i,
                 text=prefix + r.text,
+                token_ids=r.token_ids if req.return_token_ids else None,
                 logprobs=lps,
                 finish_reason=openai_finish(r.final.finish_reason),
             )
@@ -224,6 +232,7 @@ async def stream(
                         CompletionChoice(
                             index=i,
                             text=plan.prompt_texts[plan.prompt_of(i)],
+                            token_ids=None,
                             logprobs=None,
                             finish_reason=None,
                         )
@@ -240,13 +249,15 @@ async def stream(
                     raise err
                 finals[i] = out
             lps = _logprobs(model, states[i], req, out.logprobs)
-            if out.text or (lps is not None and lps.tokens):
-                yield chunk([CompletionChoice(index=i, text=out.text, logprobs=lps, finish_reason=None)])
+            ids = out.new_token_ids if req.return_token_ids else None
+            if out.text or ids or (lps is not None and lps.tokens):
+                yield chunk([CompletionChoice(index=i, text=out.text, token_ids=ids, logprobs=lps, finish_reason=None)])
             if out.finished:
                 yield chunk(
                     [
                         CompletionChoice(
-                            index=i, text="", logprobs=None, finish_reason=openai_finish(out.finish_reason)
+                            index=i, text="", token_ids=None, logprobs=None,
+                            finish_reason=openai_finish(out.finish_reason),
                         )
                     ]
                 )

@@ -3,6 +3,7 @@
     python -m sluicegate.testing.refserver --port 8123 [--max-body-bytes N] [--ctx 512] [--database-url URL]
         [--redis-url URL] [--idempotency-ttl-hours H] [--step-delay-ms MS] [--eos-slope X]
         [--jobs-lease-s S] [--jobs-worker-slots N] [--jobs-poll-s S]
+        [--upstream [NAME=]URL --no-local-model ...]  (serve's upstream flags; the reference tokenizer)
 
 `running()` starts it as a subprocess on a free port and waits for readiness; the CLI's `serve` serves only
 llama.cpp, and the reference backend needs no model file.
@@ -32,6 +33,7 @@ from sluicegate.backends.reference import ReferenceRunner
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
+    from sluicegate import cli_upstream
     from sluicegate.api.app import create_app
     from sluicegate.config import Config, IdempotencyConfig, JobsConfig, LimitsConfig, RateLimitConfig
 
@@ -51,11 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs-worker-slots", type=int, default=None, help="batch items run at once")
     p.add_argument("--jobs-poll-s", type=float, default=JobsConfig().poll_s, help="idle batch worker's poll")
     p.add_argument("--log-level", default="warning")
+    cli_upstream.add_upstream_args(p)  # --upstream [NAME=]URL: front another server (tokenizer: the reference's)
     args = p.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = Config(limits=LimitsConfig(max_body_bytes=args.max_body_bytes),
+    config = Config(upstream=cli_upstream.upstream_from_args(args, "reference"),
+                    limits=LimitsConfig(max_body_bytes=args.max_body_bytes),
                     ratelimit=RateLimitConfig(redis_url=args.redis_url),
                     idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
                     jobs=JobsConfig(lease_s=args.jobs_lease_s, worker_slots=args.jobs_worker_slots,

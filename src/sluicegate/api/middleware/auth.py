@@ -53,6 +53,8 @@ ROUTE_RULES: tuple[Rule, ...] = (
     Rule("/v1/chat/completions", KeyScope.GENERATE, metered=True),
     Rule("/v1/completions", KeyScope.GENERATE, metered=True),
     Rule("/v1/predictions", KeyScope.GENERATE, metered=True),
+    Rule("/tokenize", KeyScope.GENERATE),
+    Rule("/detokenize", KeyScope.GENERATE),
     Rule("/v1/batches", KeyScope.BATCH),
     Rule("/v1/batch-predictions", KeyScope.BATCH),
     Rule("/v1/files", KeyScope.BATCH),

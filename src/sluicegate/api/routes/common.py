@@ -52,7 +52,8 @@ async def read_request(request: Request, model: type[M]) -> tuple[M, RequestCont
     t = ctx.stage("parse", t)
     parsed = validate(data, model)
     ctx.stage("validate", t)
-    return parsed, ctx, app_state(request).served()
+    requested = getattr(parsed, "model", None)
+    return parsed, ctx, app_state(request).served(requested if isinstance(requested, str) else None)
 
 
 def json_reply(payload: BaseModel, ctx: RequestContext) -> Response:

@@ -34,6 +34,7 @@ from sluicegate.serving import openai_chat as chat
 from sluicegate.serving import openai_completions as completions
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.model_card import describe
+from sluicegate.serving.models import ServedModel
 
 router = APIRouter(tags=["openai"])
 M = TypeVar("M", bound=BaseModel)
@@ -141,7 +142,7 @@ async def _serve(
     try:
         key = idempotency_key(request)
         req = await read_openai(request, schema, refuse)
-        model = app_state(request).served()
+        model = app_state(request).served(getattr(req, "model", None))
         if key is not None:
             begun = await begin(request, key, req)
             if isinstance(begun, Response):
@@ -179,19 +180,17 @@ async def _serve(
         plan.runs.close()
 
 
-def _model_object(request: Request, requested: str | None) -> OpenAIModel:
-    served = app_state(request).served()
-    ident = served.resolve(requested)
-    return OpenAIModel(id=ident.name, created=STARTED)
+def _model_object(served: ServedModel) -> OpenAIModel:
+    return OpenAIModel(id=served.identity.name, created=STARTED)
 
 
 @router.get(
-    "/v1/models", response_model=ModelList, summary="The served model, OpenAI-shaped", responses=_errors()
+    "/v1/models", response_model=ModelList, summary="The served models, OpenAI-shaped", responses=_errors()
 )
 async def list_models(request: Request) -> Response:
     ctx = context_of(request.scope)
     try:
-        return json_reply(ModelList(data=[_model_object(request, None)]), ctx)
+        return json_reply(ModelList(data=[_model_object(m) for m in app_state(request).all_served()]), ctx)
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
 
@@ -206,6 +205,6 @@ async def get_model(request: Request, model_id: str) -> Response:
     ctx = context_of(request.scope)
     try:
         state = app_state(request)
-        return json_reply(describe(state.served(), state.config, model_id), ctx)
+        return json_reply(describe(state.served(model_id), state.config, model_id), ctx)
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)

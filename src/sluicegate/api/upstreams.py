@@ -1,0 +1,64 @@
+"""Build the served models of `serve --upstream`: probe each URL (upstream/startup.py), then one
+ServedModel per name with the configured identity, the upstream's window and its tokenizer."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+
+import httpx
+
+from sluicegate.backends.base import ModelIdentity, ModelRunner
+from sluicegate.config import Config, UpstreamModel
+from sluicegate.serving.budget import Budget
+from sluicegate.serving.models import ServedModel
+from sluicegate.upstream import AsyncUpstream, Endpoint, UpstreamRefused, probe
+
+log = logging.getLogger("sluicegate")
+
+TokenizerFactory = Callable[[str], ModelRunner]  # served name -> the model's own tokenizer (off the loop)
+
+
+async def discover_name(http: httpx.AsyncClient, url: str, api_key: str | None) -> str:
+    """The first model an upstream lists (`--upstream URL` without a NAME and without --name)."""
+    try:
+        resp = await http.get(f"{url}/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+        first = resp.json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        first = None
+    if not isinstance(first, str) or not first:
+        raise UpstreamRefused(f"{url}: lists no model at /models; give --upstream NAME=URL")
+    return first
+
+
+async def load_upstreams(config: Config, http: httpx.AsyncClient,
+                         tokenizer_for: TokenizerFactory) -> dict[str, ServedModel]:
+    """Every configured upstream model; UpstreamRefused (the operator's message) when one cannot serve."""
+    cfg = config.upstream
+    endpoints: dict[str, Endpoint] = {}  # one per URL: a URL's breaker is shared by the names it serves
+    by_name: dict[str, list[Endpoint]] = {}
+    for t in cfg.targets:
+        url = t.url.rstrip("/")
+        ep = endpoints.setdefault(url, Endpoint(url, cfg.breaker_failures, cfg.breaker_open_s))
+        by_name.setdefault(t.name or await discover_name(http, url, cfg.api_key), []).append(ep)
+    meta = {m.name: m for m in cfg.models}
+    out: dict[str, ServedModel] = {}
+    for name, eps in by_name.items():
+        runner = await asyncio.to_thread(tokenizer_for, name)
+        results = [await probe(http, ep, name, cfg.api_key, runner) for ep in eps]
+        n_ctx = min(r.n_ctx for r in results)
+        token_ids = all(r.token_ids for r in results)
+        m = meta.get(name) or UpstreamModel(name)
+        identity = ModelIdentity(name, m.version, m.digest or "unknown")
+        budget = await asyncio.to_thread(Budget.for_runner, runner, config.limits)
+        out[name] = ServedModel(
+            runner, AsyncUpstream(name, eps, http, cfg, token_ids=token_ids, eos_ids=runner.limits.eos_ids),
+            dataclasses.replace(budget, n_ctx=n_ctx), identity_override=identity, token_ids=token_ids,
+            limits_override=dataclasses.replace(runner.limits, n_ctx=n_ctx),
+        )
+        log.info("upstream %s@%s via %s: window %d, /tokenize %s, token ids %s", name, m.version,
+                 ", ".join(e.url for e in eps), n_ctx, "agrees" if all(r.tokenize for r in results) else "absent",
+                 "returned" if token_ids else "not returned (/v1/generate refuses this model)")
+    return out

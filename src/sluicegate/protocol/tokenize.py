@@ -1,0 +1,36 @@
+"""`POST /tokenize` and `POST /detokenize`, in vLLM's shape (at the server root, as vLLM and llama-server
+put them), so another sluicegate can count our tokens exactly when we are its upstream."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from sluicegate.protocol.common import ResponseModel, StrictModel
+from sluicegate.protocol.openai_chat import Message
+
+
+class TokenizeRequest(StrictModel):
+    model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")
+    prompt: str | None = Field(None, description="text to tokenise (exactly one of prompt and messages)")
+    messages: Annotated[list[Message], Field(min_length=1, max_length=1024)] | None = Field(
+        None, description="chat messages, rendered with the model's chat template as chat completions does")
+    add_special_tokens: bool | None = Field(
+        None, description="add the model's BOS; default true for prompt, false for messages (the template's)")
+    add_generation_prompt: bool = Field(True, description="messages: end with the assistant turn's opening")
+
+
+class TokenizeResponse(ResponseModel):
+    count: int = Field(description="how many tokens")
+    max_model_len: int = Field(description="the model's context window")
+    tokens: list[int]
+
+
+class DetokenizeRequest(StrictModel):
+    model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")
+    tokens: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=1 << 17)]
+
+
+class DetokenizeResponse(ResponseModel):
+    prompt: str

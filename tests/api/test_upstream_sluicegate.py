@@ -1,0 +1,75 @@
+"""A sluicegate whose upstream is another sluicegate (both on the reference backend, real sockets): the probe
+suite passes unchanged through the hop, and the hop changes no answer: the same request gives the same
+tokens, logprobs and JSON directly and through the front."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sluicegate.contract.probe_cli import main as probe_main
+from sluicegate.testing.refserver import RefServer, running
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RefServer, RefServer]]:
+    logs: Path = tmp_path_factory.mktemp("logs")
+    with running(logs, "--eos-slope", "0.2") as upstream, running(
+        logs, "--eos-slope", "0.2", "--no-local-model", "--upstream", f"reference={upstream.url}/v1",
+        timeout=60.0,
+    ) as front:
+        yield upstream, front
+
+
+def test_the_probe_suite_passes_through_the_hop(pair: tuple[RefServer, RefServer],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    _, front = pair
+    assert probe_main([front.url, "--timeout", "60"]) == 0, capsys.readouterr().out[-4000:]
+
+
+def both(pair: tuple[RefServer, RefServer], path: str, body: dict[str, Any]) -> tuple[Any, Any]:
+    out = []
+    for srv in pair:
+        r = httpx.post(srv.url + path, json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        out.append(r.json())
+    return out[0], out[1]
+
+
+def test_generate_is_the_same_tokens_and_usage(pair: tuple[RefServer, RefServer]) -> None:
+    direct, front = both(pair, "/v1/generate", {"prompt": "Once upon a time", "max_new_tokens": 12, "seed": 7})
+    assert front["token_ids"] == direct["token_ids"] and front["text"] == direct["text"]
+    assert front["usage"]["prompt_tokens"] == direct["usage"]["prompt_tokens"]
+    assert front["usage"]["completion_tokens"] == direct["usage"]["completion_tokens"] == len(front["token_ids"])
+    assert front["finish_reason"] == direct["finish_reason"] and front["seed"] == 7
+    assert front["model"] == {"name": "reference", "version": "upstream", "digest": "unknown"}
+
+
+def test_chat_logprobs_and_json_are_the_same(pair: tuple[RefServer, RefServer]) -> None:
+    msgs = [{"role": "user", "content": "Give me an object"}]
+    body = {"model": "reference", "messages": msgs, "max_tokens": 8, "temperature": 0, "logprobs": True,
+            "top_logprobs": 2}
+    direct, front = both(pair, "/v1/chat/completions", body)
+    assert front["choices"][0]["logprobs"] == direct["choices"][0]["logprobs"]
+    assert front["choices"][0]["logprobs"]["content"]
+    body = {"model": "reference", "messages": msgs, "max_tokens": 40, "temperature": 0,
+            "response_format": {"type": "json_object"}}
+    direct, front = both(pair, "/v1/chat/completions", body)
+    assert front["choices"][0]["message"] == direct["choices"][0]["message"]
+    if front["choices"][0]["finish_reason"] == "stop":
+        assert isinstance(json.loads(front["choices"][0]["message"]["content"]), dict)
+
+
+def test_a_stream_through_the_hop_ends_with_done(pair: tuple[RefServer, RefServer]) -> None:
+    _, front = pair
+    body = {"model": "reference", "prompt": "Hello", "max_tokens": 5, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{front.url}/v1/completions", json=body, timeout=60) as r:
+        data = [line[5:].strip() for line in r.iter_lines() if line.startswith("data:")]
+    assert data[-1] == "[DONE]"
+    assert json.loads(data[-2])["usage"]["completion_tokens"] >= 1
