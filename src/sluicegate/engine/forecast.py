@@ -1,0 +1,222 @@
+"""Deadline admission: how long a new request would wait and take, from the engine's measured speed.
+
+The engine thread measures every step (`Throughput.observe`): the tokens it carried (prompt chunks plus one
+decode token per running sequence) over its wall time. Two exponentially weighted moving averages over *busy*
+time (idle time between steps does not count: a server idle for an hour has not become slow), with a time
+constant of `TAU_S` seconds of work:
+
+- `rate`, tokens per second: the engine's drain rate, whatever the batch holds;
+- `step_s`, seconds per step: how long one decode token takes a running sequence at the present load;
+
+and the best ever seen, an idle server's speed: `peak_rate` (the fastest tokens per second of any step: a
+full prompt chunk) and `fastest_step_s` (the shortest step: a lone decode token). Hand-written: three
+numbers updated per step; a metrics library would add a lock and an allocation per step for nothing.
+
+A request's forecast (`forecast`), from the load the engine thread publishes (`Load`):
+
+    wait        = 0 when a free slot is left for every run and nobody of its priority or higher waits,
+                  else work_ahead / rate           (work_ahead: tokens the running and waiting requests of
+                                                    its priority or higher still have to process)
+    first token = wait + prompt / rate + step_s
+    total       = wait + prompt / rate + new_tokens * step_s     (a sequence decodes one token per step)
+    idle        = prompt / peak_rate + new_tokens * fastest_step_s   (the best this server has ever done)
+
+`work_ahead / rate` is the time the engine needs to drain what is ahead at its measured rate: slightly more
+than the real wait when slots free up at different times, which errs towards refusing a request that might
+just have fitted rather than admitting one that will expire after spending compute. Until `MIN_BUSY_S` of
+work and `MIN_STEPS` steps have been measured there is no forecast, and nothing is refused by it (a cold
+server must not refuse everything).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sluicegate.engine.scheduler import Seq
+from sluicegate.engine.types import EngineRequest, Priority
+
+TAU_S = 5.0  # the averages' time constant, in seconds of busy time
+MIN_BUSY_S = 1.0  # measured work needed before a forecast refuses anything
+MIN_STEPS = 16  # ... and this many steps
+MAX_RETRY_AFTER_S = 60  # the official SDKs honour a Retry-After up to 60 s (longer: their own backoff)
+
+
+@dataclass(frozen=True, slots=True)
+class Speed:
+    """The measured speed at one moment (immutable: published by reference, read without a lock)."""
+
+    rate: float = 0.0  # tokens per busy second, EWMA
+    step_s: float = 0.0  # seconds per step, EWMA
+    peak_rate: float = 0.0  # fastest tokens per second of any step
+    fastest_step_s: float = math.inf  # shortest step
+    busy_s: float = 0.0  # work measured so far
+    steps: int = 0
+
+    @property
+    def measured(self) -> bool:
+        return self.busy_s >= MIN_BUSY_S and self.steps >= MIN_STEPS and self.rate > 0
+
+
+class Throughput:
+    """Written by the engine thread after each step; `speed` is its latest snapshot."""
+
+    def __init__(self) -> None:
+        self.speed = Speed()
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        if tokens <= 0 or seconds <= 0:
+            return
+        s = self.speed
+        a = 1.0 - math.exp(-seconds / TAU_S)  # weight by time: a long step counts for more of the average
+        first = s.steps == 0
+        self.speed = Speed(
+            rate=tokens / seconds if first else s.rate + a * (tokens / seconds - s.rate),
+            step_s=seconds if first else s.step_s + a * (seconds - s.step_s),
+            peak_rate=max(s.peak_rate, tokens / seconds),
+            fastest_step_s=min(s.fastest_step_s, seconds),
+            busy_s=s.busy_s + seconds,
+            steps=s.steps + 1,
+        )
+
+
+@dataclass(slots=True)
+class Load:
+    """What the engine holds, as admission sees it: published by the engine thread under the engine's lock,
+    plus what was submitted since (the inbox)."""
+
+    running: int = 0  # sequences holding a slot
+    waiting: dict[Priority, int] = field(default_factory=dict)  # requests waiting, by priority
+    work: dict[Priority, int] = field(default_factory=dict)  # tokens still to process, running and waiting
+
+    def add(self, priority: Priority, tokens: int, *, waiting: bool = True) -> None:
+        self.work[priority] = self.work.get(priority, 0) + tokens
+        if waiting:
+            self.waiting[priority] = self.waiting.get(priority, 0) + 1
+
+    def ahead_of(self, priority: Priority) -> tuple[int, int]:
+        """(requests waiting, tokens of work) that a new request of `priority` would find ahead of it."""
+        n = sum(v for p, v in self.waiting.items() if p <= priority)
+        return n, sum(v for p, v in self.work.items() if p <= priority)
+
+    def copy(self) -> Load:
+        return Load(self.running, dict(self.waiting), dict(self.work))
+
+    def merge(self, other: Load) -> Load:
+        """Add `other`'s waiting requests and work to this one (its running count is the engine's own)."""
+        for p, n in other.waiting.items():
+            self.waiting[p] = self.waiting.get(p, 0) + n
+        for p, w in other.work.items():
+            self.work[p] = self.work.get(p, 0) + w
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    wait_s: float
+    first_token_s: float
+    total_s: float
+    idle_first_token_s: float
+    idle_total_s: float
+
+
+def expected_new(request: EngineRequest) -> int:
+    """The new tokens a request is expected to generate: the serving core's estimate, else its limit."""
+    est = request.estimated_new_tokens
+    return request.params.max_new_tokens if est is None else min(est, request.params.max_new_tokens)
+
+
+def load_of(running: Iterable[Seq], waiting: Iterable[Seq]) -> Load:
+    """The load the scheduler's queues hold (engine thread): work left of each running sequence (the rest of
+    its prompt, the new tokens it is still expected to make) and the whole work of each waiting one."""
+    load = Load()
+    for seq in running:
+        load.running += 1
+        prompt_left = seq.prompt_len - min(seq.num_computed, seq.prompt_len)
+        load.add(seq.request.priority, prompt_left + max(0, expected_new(seq.request) - len(seq.output_ids)),
+                 waiting=False)
+    for seq in waiting:
+        load.add(seq.request.priority, seq.prompt_len + expected_new(seq.request))
+    return load
+
+
+def forecast(speed: Speed, load: Load, n_slots: int, prompt_tokens: int, new_tokens: int,
+             priority: Priority) -> Forecast | None:
+    """The forecast for one run of `prompt_tokens` + `new_tokens` (None: not measured yet)."""
+    if not speed.measured:
+        return None
+    n_waiting, work_ahead = load.ahead_of(priority)
+    free = n_slots - load.running - sum(load.waiting.values())
+    wait = 0.0 if free > 0 and n_waiting == 0 else work_ahead / speed.rate
+    prefill = prompt_tokens / speed.rate
+    idle_prefill = prompt_tokens / max(speed.peak_rate, speed.rate)
+    fastest = min(speed.fastest_step_s, speed.step_s)
+    return Forecast(
+        wait_s=wait,
+        first_token_s=wait + prefill + speed.step_s,
+        total_s=wait + prefill + new_tokens * speed.step_s,
+        idle_first_token_s=idle_prefill + fastest,
+        idle_total_s=idle_prefill + new_tokens * fastest,
+    )
+
+
+def retry_after_s(over_s: float) -> int:
+    """Retry-After (whole seconds) for a request whose forecast is `over_s` seconds past its deadline: by then
+    the work ahead of it has drained that much, so it would fit."""
+    return max(1, min(MAX_RETRY_AFTER_S, math.ceil(over_s)))
+
+
+class Verdict(enum.Enum):
+    FITS = "fits"  # admit (also: no deadline, or no forecast yet)
+    SHED = "shed"  # cannot finish in time at the present load: 503 overloaded, Retry-After
+    NEVER = "never"  # cannot finish in time even on an idle server: the caller must change the request
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    verdict: Verdict
+    needed_s: float = 0.0  # the forecast (NEVER: the idle one) for the bound that failed
+    left_s: float = 0.0  # time left before that bound
+    first_token: bool = False  # the bound that failed is the first-token deadline (streams)
+    wait_s: float = 0.0
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds until the work ahead has drained enough for this request to fit."""
+        return retry_after_s(self.needed_s - self.left_s)
+
+    def describe(self) -> str:
+        bound = "first token" if self.first_token else "answer"
+        return (f"the {bound} would take {self.needed_s:.1f} s ({self.wait_s:.1f} s waiting behind the work "
+                f"queued ahead, at the measured rate); the deadline is {max(self.left_s, 0.0):.1f} s away")
+
+
+class DeadlineTooShort(Exception):
+    """The request cannot meet its deadline even on an idle server (`judgement` has the numbers)."""
+
+    def __init__(self, judgement: Judgement) -> None:
+        bound = "first token" if judgement.first_token else "answer"
+        super().__init__(f"the {bound} needs {judgement.needed_s:.1f} s at best; {judgement.left_s:.1f} s are left")
+        self.judgement = judgement
+
+
+def judge(speed: Speed, load: Load, n_slots: int, request: EngineRequest, now: float) -> Judgement:
+    """Whether one run can meet its deadlines (the whole answer's, and a stream's first token)."""
+    bounds = [(d, first) for d, first in ((request.deadline, False), (request.first_token_deadline, True))
+              if d is not None]
+    if not bounds:
+        return Judgement(Verdict.FITS)
+    f = forecast(speed, load, n_slots, len(request.prompt_ids), expected_new(request), request.priority)
+    if f is None:
+        return Judgement(Verdict.FITS)
+    shed: Judgement | None = None
+    for deadline, first in bounds:
+        left = deadline - now
+        idle, need = (f.idle_first_token_s, f.first_token_s) if first else (f.idle_total_s, f.total_s)
+        if idle > left:
+            return Judgement(Verdict.NEVER, idle, left, first, f.wait_s)
+        if need > left and shed is None:
+            shed = Judgement(Verdict.SHED, need, left, first, f.wait_s)
+    return shed or Judgement(Verdict.FITS)
