@@ -11,12 +11,14 @@ from sluicegate import cli_store
 from sluicegate.config import (
     AuthConfig,
     Config,
+    DeadlineConfig,
     IdempotencyConfig,
     LimitsConfig,
     ModelConfig,
     RateLimitConfig,
     StoreConfig,
 )
+from sluicegate.engine import SchedulerConfig
 
 
 def positive_hours(text: str) -> float:
@@ -27,6 +29,19 @@ def positive_hours(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError("must be a positive number of hours")
+    return value
+
+
+def seconds_or_none(text: str) -> float | None:
+    """An argparse type: a positive, finite number of seconds, or `none`."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds, or none")
     return value
 
 
@@ -53,6 +68,15 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="new tokens the cost estimate assumes for a request that sets no limit")
     p.add_argument("--drain-seconds", type=float, default=lim.drain_s,
                    help="on shutdown, how long in-flight requests may finish before they are cancelled")
+    dl = DeadlineConfig()
+    p.add_argument("--default-timeout", type=seconds_or_none, default=dl.default_timeout_s, metavar="SECONDS",
+                   help="time budget of a request that sends no timeout header (X-Request-Timeout, or the official "
+                        "SDKs' own); default: none, so the maximum applies (docs/timeouts.md)")
+    p.add_argument("--max-timeout", type=seconds_or_none, default=dl.max_timeout_s, metavar="SECONDS",
+                   help=f"every request's time budget is capped here (default {dl.max_timeout_s:g}; none: no cap)")
+    p.add_argument("--no-deadline-admission", action="store_true",
+                   help="admit requests whatever the forecast says (they still end at their deadline); by default a "
+                        "request that cannot meet its deadline at the measured speed is refused at once")
     cli_store.add_store_args(p)
     rl = RateLimitConfig()
     p.add_argument("--redis-url", default=rl.redis_url,
@@ -96,6 +120,8 @@ def serve(args: argparse.Namespace) -> int:
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
                           n_threads=args.threads, flash_attn=args.flash_attn),
         limits=limits_from_args(args),
+        engine=SchedulerConfig(deadline_admission=not args.no_deadline_admission),
+        deadlines=DeadlineConfig(default_timeout_s=args.default_timeout, max_timeout_s=args.max_timeout),
         store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),
         auth=AuthConfig(insecure_no_auth=args.insecure_no_auth),
         ratelimit=RateLimitConfig(redis_url=args.redis_url, fail_open=args.rate_limit_fail_open,

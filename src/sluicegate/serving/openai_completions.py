@@ -149,7 +149,8 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
         param = "prompt" if len(all_ids) == 1 else f"prompt[{k}]"
         check_tokens(model, len(ids), req.max_tokens, prompt_param=param, new_param="max_tokens")
     params = sampling_params(req, model.limits.n_vocab, max_new_tokens=req.max_tokens, logprobs=req.logprobs)
-    runs = await start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens, new_param="max_tokens")
+    runs = await start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens, new_param="max_tokens",
+                            stream=req.stream)
     return CompletionPlan(req, texts, runs, ident.ref, fingerprint(model))
 
 
