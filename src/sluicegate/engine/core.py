@@ -21,7 +21,16 @@ from prometheus_client import CollectorRegistry
 
 from sluicegate.backends.base import BatchItem, ModelRunner
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
-from sluicegate.engine.forecast import DeadlineTooShort, Load, Throughput, Verdict, expected_new, judge, load_of
+from sluicegate.engine.forecast import (
+    DeadlineTooShort,
+    Load,
+    Speed,
+    Throughput,
+    Verdict,
+    expected_new,
+    judge,
+    load_of,
+)
 from sluicegate.engine.metrics import EngineMetrics
 from sluicegate.engine.sampler import SampleRow, sample
 from sluicegate.engine.scheduler import (
@@ -127,6 +136,11 @@ class Engine:
             self._inbox_tokens += n_prompt
             self._inbox_load.add(request.priority, n_prompt + expected_new(request))
             self._lock.notify()
+
+    @property
+    def speed(self) -> Speed:
+        """The measured speed deadline admission forecasts with (engine/forecast.py)."""
+        return self._throughput.speed
 
     def _admit_by_deadline(self, request: EngineRequest) -> None:
         """Refuse (under the lock) a request the forecast says cannot meet its deadlines (engine/forecast.py)."""
