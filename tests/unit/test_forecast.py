@@ -86,6 +86,10 @@ def test_verdicts() -> None:
     assert first.verdict is Verdict.SHED and first.first_token
     assert judge(SPEED, busy, 4, request(prompt=2000, first=1.0), now=0.0).verdict is Verdict.NEVER
     assert judge(SPEED, Load(), 4, request(deadline=100.0, first=1.0), now=0.0).verdict is Verdict.FITS
+    # time the server spent before submitting (arrival 0, now 0.3) is its own: not enough left is SHED
+    late = judge(SPEED, Load(), 4, request(deadline=0.6), now=0.3)
+    assert late.verdict is Verdict.SHED and late.left_s == pytest.approx(0.3)
+    assert judge(SPEED, Load(), 4, request(deadline=0.6), now=0.7).verdict is Verdict.SHED  # already past
 
 
 def test_the_estimate_of_new_tokens_counts_not_the_limit() -> None:

@@ -178,7 +178,7 @@ class Verdict(enum.Enum):
 class Judgement:
     verdict: Verdict
     needed_s: float = 0.0  # the forecast (NEVER: the idle one) for the bound that failed
-    left_s: float = 0.0  # time left before that bound
+    left_s: float = 0.0  # time left before that bound (NEVER: the whole budget, from the request's arrival)
     first_token: bool = False  # the bound that failed is the first-token deadline (streams)
     wait_s: float = 0.0
 
@@ -203,7 +203,9 @@ class DeadlineTooShort(Exception):
 
 
 def judge(speed: Speed, load: Load, n_slots: int, request: EngineRequest, now: float) -> Judgement:
-    """Whether one run can meet its deadlines (the whole answer's, and a stream's first token)."""
+    """Whether one run can meet its deadlines (the whole answer's, and a stream's first token). NEVER compares
+    the idle forecast with the whole budget (from the request's arrival): time the server already spent on it
+    (a slow tokenisation under load) makes it SHED, the server's fault, not the caller's."""
     bounds = [(d, first) for d, first in ((request.deadline, False), (request.first_token_deadline, True))
               if d is not None]
     if not bounds:
@@ -213,10 +215,10 @@ def judge(speed: Speed, load: Load, n_slots: int, request: EngineRequest, now: f
         return Judgement(Verdict.FITS)
     shed: Judgement | None = None
     for deadline, first in bounds:
-        left = deadline - now
+        budget, left = deadline - request.arrival, deadline - now  # the time already spent is the server's
         idle, need = (f.idle_first_token_s, f.first_token_s) if first else (f.idle_total_s, f.total_s)
-        if idle > left:
-            return Judgement(Verdict.NEVER, idle, left, first, f.wait_s)
+        if idle > budget:
+            return Judgement(Verdict.NEVER, idle, budget, first, f.wait_s)
         if need > left and shed is None:
             shed = Judgement(Verdict.SHED, need, left, first, f.wait_s)
     return shed or Judgement(Verdict.FITS)

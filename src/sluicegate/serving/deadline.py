@@ -106,7 +106,7 @@ def too_short(exc: DeadlineTooShort, ctx: RequestContext, *, stream: bool, new_p
     j = exc.judgement
     d = ctx.deadlines
     b = None if d is None else (d.first_token if j.first_token else d.stream if stream else d.answer)
-    budget = f"{j.left_s:.1f} s left" if b is None else f"a budget of {b.budget_s:g} s ({b.source})"
+    budget = f"a budget of {j.left_s:.1f} s" if b is None else f"a budget of {b.budget_s:g} s ({b.source})"
     header = b is not None and b.source not in (DEFAULT_SOURCE, MAX_SOURCE)
     if j.first_token:
         what, fix, param = "its first token", "send a shorter prompt", b.source if b is not None and header else None
