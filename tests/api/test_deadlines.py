@@ -247,6 +247,13 @@ def test_shedding_and_the_never_fits_4xx_once_the_speed_is_measured() -> None:
         assert o.status_code == 400
         e = o.json()["error"]
         assert (e["type"], e["code"], e["param"]) == ("invalid_request_error", "deadline_too_short", "max_tokens")
+        # a stream bounded on its first token by an SDK read timeout: no step is that short
+        f = http.post("/v1/completions", json={"model": "reference", "prompt": "Hi", "max_tokens": 4,
+                                               "stream": True}, headers={"x-stainless-read-timeout": "0.005"})
+        assert f.status_code == 400
+        e = f.json()["error"]
+        assert (e["code"], e["param"]) == ("deadline_too_short", "x-stainless-read-timeout")
+        assert "first token" in e["message"]
 
         body = {"model": "reference", "prompt": "Hi", "max_tokens": 1800, "stream": True}
         with http.stream("POST", "/v1/completions", json=body) as blocker:  # the only slot, >= 18 s of work
