@@ -63,7 +63,7 @@ class Phase:
     refused: list[float] = field(default_factory=list)  # 503 latencies, ms
     retry_after: list[int] = field(default_factory=list)
     expired: int = 0  # 504 deadline_exceeded
-    other: dict[int, int] = field(default_factory=dict)
+    other: dict[str, int] = field(default_factory=dict)  # "status type" -> count
     counters: dict[str, float] = field(default_factory=dict)  # engine counters' change over the phase
 
     @property
@@ -102,7 +102,11 @@ async def one(c: httpx.AsyncClient, i: int, args: argparse.Namespace, phase: Pha
     elif r.status_code == 504:
         phase.expired += 1
     else:
-        phase.other[r.status_code] = phase.other.get(r.status_code, 0) + 1
+        try:
+            kind = f"{r.status_code} {r.json()['error'].get('code') or r.json()['error']['type']}"
+        except (ValueError, KeyError, TypeError):
+            kind = str(r.status_code)
+        phase.other[kind] = phase.other.get(kind, 0) + 1
 
 
 async def counters(c: httpx.AsyncClient) -> dict[str, float]:

@@ -24,6 +24,7 @@ from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
 from sluicegate.engine.forecast import (
     DeadlineTooShort,
     Load,
+    Shape,
     Speed,
     Throughput,
     Verdict,
@@ -147,7 +148,8 @@ class Engine:
         if not self.scheduler.config.deadline_admission:
             return
         load = self._load.copy().merge(self._inbox_load)
-        j = judge(self._throughput.speed, load, self.runner.limits.n_slots, request, time.monotonic())
+        shape = Shape(self.runner.limits.n_slots, self.scheduler.config.max_batch_tokens)
+        j = judge(self._throughput.speed, load, shape, request, time.monotonic())
         if j.verdict is Verdict.NEVER:
             raise DeadlineTooShort(j)
         if j.verdict is Verdict.SHED:

@@ -17,9 +17,13 @@ A request's forecast (`forecast`), from the load the engine thread publishes (`L
     wait        = 0 when a free slot is left for every run and nobody of its priority or higher waits,
                   else work_ahead / rate           (work_ahead: tokens the running and waiting requests of
                                                     its priority or higher still have to process)
-    first token = wait + prompt / rate + step_s
-    total       = wait + prompt / rate + new_tokens * step_s     (a sequence decodes one token per step)
-    idle        = prompt / peak_rate + new_tokens * fastest_step_s   (the best this server has ever done)
+    prefill     = max(ceil(prompt / chunk) * step_s, prompt / peak_rate)
+    first token = wait + prefill                   (the last prompt chunk's step samples the first token)
+    total       = wait + prefill + (new_tokens - 1) * step_s     (then one token per step)
+    idle        = prompt / peak_rate + (new_tokens - 1) * fastest_step_s   (the best ever seen)
+
+where `chunk` is the most tokens one step carries (`max_batch_tokens`): a prompt is prefilled in chunks that
+take a step each, not token by token at the drain rate (which decode steps dominate).
 
 `work_ahead / rate` is the time the engine needs to drain what is ahead at its measured rate: slightly more
 than the real wait when slots free up at different times, which errs towards refusing a request that might
@@ -142,23 +146,33 @@ def load_of(running: Iterable[Seq], waiting: Iterable[Seq]) -> Load:
     return load
 
 
-def forecast(speed: Speed, load: Load, n_slots: int, prompt_tokens: int, new_tokens: int,
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The engine's geometry the forecast needs."""
+
+    n_slots: int  # sequences decoded together
+    chunk_tokens: int  # the most tokens one step carries (a prompt chunk's upper bound)
+
+
+def forecast(speed: Speed, load: Load, shape: Shape, prompt_tokens: int, new_tokens: int,
              priority: Priority) -> Forecast | None:
     """The forecast for one run of `prompt_tokens` + `new_tokens` (None: not measured yet)."""
     if not speed.measured:
         return None
     n_waiting, work_ahead = load.ahead_of(priority)
-    free = n_slots - load.running - sum(load.waiting.values())
+    free = shape.n_slots - load.running - sum(load.waiting.values())
     wait = 0.0 if free > 0 and n_waiting == 0 else work_ahead / speed.rate
-    prefill = prompt_tokens / speed.rate
-    idle_prefill = prompt_tokens / max(speed.peak_rate, speed.rate)
+    peak = max(speed.peak_rate, speed.rate)
     fastest = min(speed.fastest_step_s, speed.step_s)
+    idle_prefill = max(prompt_tokens / peak, fastest)
+    prefill = max(math.ceil(prompt_tokens / shape.chunk_tokens) * speed.step_s, idle_prefill)
+    decode = max(new_tokens - 1, 0)
     return Forecast(
         wait_s=wait,
-        first_token_s=wait + prefill + speed.step_s,
-        total_s=wait + prefill + new_tokens * speed.step_s,
-        idle_first_token_s=idle_prefill + fastest,
-        idle_total_s=idle_prefill + new_tokens * fastest,
+        first_token_s=wait + prefill,
+        total_s=wait + prefill + decode * speed.step_s,
+        idle_first_token_s=idle_prefill,
+        idle_total_s=idle_prefill + decode * fastest,
     )
 
 
@@ -202,7 +216,7 @@ class DeadlineTooShort(Exception):
         self.judgement = judgement
 
 
-def judge(speed: Speed, load: Load, n_slots: int, request: EngineRequest, now: float) -> Judgement:
+def judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float) -> Judgement:
     """Whether one run can meet its deadlines (the whole answer's, and a stream's first token). NEVER compares
     the idle forecast with the whole budget (from the request's arrival): time the server already spent on it
     (a slow tokenisation under load) makes it SHED, the server's fault, not the caller's."""
@@ -210,7 +224,7 @@ def judge(speed: Speed, load: Load, n_slots: int, request: EngineRequest, now: f
               if d is not None]
     if not bounds:
         return Judgement(Verdict.FITS)
-    f = forecast(speed, load, n_slots, len(request.prompt_ids), expected_new(request), request.priority)
+    f = forecast(speed, load, shape, len(request.prompt_ids), expected_new(request), request.priority)
     if f is None:
         return Judgement(Verdict.FITS)
     shed: Judgement | None = None
