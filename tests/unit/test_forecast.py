@@ -18,6 +18,7 @@ from sluicegate.engine.forecast import (
     expected_new,
     forecast,
     judge,
+    load_of,
     retry_after_s,
 )
 
@@ -30,6 +31,19 @@ def request(prompt: int = 10, new: int = 100, *, deadline: float | None = None, 
             estimated: int | None = None, priority: Priority = Priority.INTERACTIVE) -> EngineRequest:
     return EngineRequest("r", [1] * prompt, SamplingParams(max_new_tokens=new), arrival=0.0, priority=priority,
                          deadline=deadline, first_token_deadline=first, estimated_new_tokens=estimated)
+
+
+def test_the_load_of_the_queues() -> None:
+    from sluicegate.engine.scheduler import Seq
+
+    running = Seq(request(prompt=100, new=50, estimated=20), seed=0)
+    running.num_computed, running.output_ids = 100, [1] * 5  # prefilled, 5 of its expected 20 out
+    batch = Seq(request(prompt=10, new=50, priority=Priority.BATCH), seed=0)
+    load = load_of([running], [Seq(request(prompt=30, new=8), seed=0), batch])
+    assert (load.running, load.running_work) == (1, 15)
+    assert load.ahead_of(Priority.INTERACTIVE) == (1, 15 + 38)
+    assert load.ahead_of(Priority.BATCH) == (2, 15 + 38 + 60)
+    assert load.copy().merge(load).ahead_of(Priority.BATCH) == (4, 15 + 2 * (38 + 60))  # running counted once
 
 
 def test_the_averages_follow_busy_time_and_keep_the_best_ever_seen() -> None:
@@ -52,12 +66,12 @@ def test_the_averages_follow_busy_time_and_keep_the_best_ever_seen() -> None:
 def test_a_short_measurement_refuses_nothing() -> None:
     young = Speed(rate=100.0, step_s=0.01, peak_rate=100.0, fastest_step_s=0.01, busy_s=0.5, steps=50)
     assert forecast(young, Load(), SHAPE, 10, 100, Priority.INTERACTIVE) is None
-    j = judge(young, Load(running=4, work={Priority.INTERACTIVE: 10**9}), SHAPE, request(deadline=0.001), now=0.0)
+    j = judge(young, Load(running=4, running_work=10**9), SHAPE, request(deadline=0.001), now=0.0)
     assert j.verdict is Verdict.FITS
 
 
 def test_a_free_slot_means_no_wait() -> None:
-    load = Load(running=2, work={Priority.INTERACTIVE: 5000})
+    load = Load(running=2, running_work=5000)
     f = forecast(SPEED, load, SHAPE, 10, 100, Priority.INTERACTIVE)
     assert f is not None and f.wait_s == 0.0
     assert f.first_token_s == pytest.approx(0.01)  # the prompt fits one chunk: one step gives the first token
@@ -71,16 +85,16 @@ def test_a_free_slot_means_no_wait() -> None:
 
 
 def test_full_slots_wait_for_the_work_ahead_of_the_same_or_higher_priority() -> None:
-    load = Load(running=4, work={Priority.INTERACTIVE: 500, Priority.BATCH: 100_000},
-                waiting={Priority.BATCH: 50})
+    load = Load(running=4, running_work=300, work={Priority.INTERACTIVE: 200, Priority.BATCH: 100_000},
+                waiting={Priority.INTERACTIVE: 2, Priority.BATCH: 50})
     f = forecast(SPEED, load, SHAPE, 10, 100, Priority.INTERACTIVE)
-    assert f is not None and f.wait_s == pytest.approx(5.0)  # the batch work waits behind it
+    assert f is not None and f.wait_s == pytest.approx(5.0)  # the waiting batch work goes after it
     b = forecast(SPEED, load, SHAPE, 10, 100, Priority.BATCH)
     assert b is not None and b.wait_s == pytest.approx(1005.0)
 
 
 def test_verdicts() -> None:
-    busy = Load(running=4, work={Priority.INTERACTIVE: 500})  # 5 s of work ahead
+    busy = Load(running=4, running_work=500)  # 5 s of work ahead
     assert judge(SPEED, busy, SHAPE, request(), now=0.0).verdict is Verdict.FITS  # no deadline
     assert judge(SPEED, busy, SHAPE, request(deadline=7.0), now=0.0).verdict is Verdict.FITS  # 6.0 s
     shed = judge(SPEED, busy, SHAPE, request(deadline=4.5), now=0.0)

@@ -15,8 +15,9 @@ numbers updated per step; a metrics library would add a lock and an allocation p
 A request's forecast (`forecast`), from the load the engine thread publishes (`Load`):
 
     wait        = 0 when a free slot is left for every run and nobody of its priority or higher waits,
-                  else work_ahead / rate           (work_ahead: tokens the running and waiting requests of
-                                                    its priority or higher still have to process)
+                  else work_ahead / rate           (work_ahead: tokens every running sequence, and every
+                                                    waiting request of its priority or higher, still has to
+                                                    process: running ones are never preempted)
     prefill     = max(ceil(prompt / chunk) * step_s, prompt / peak_rate)
     first token = wait + prefill                   (the last prompt chunk's step samples the first token)
     total       = wait + prefill + (new_tokens - 1) * step_s     (then one token per step)
@@ -92,21 +93,23 @@ class Load:
     plus what was submitted since (the inbox)."""
 
     running: int = 0  # sequences holding a slot
+    running_work: int = 0  # tokens they still have to process (whatever their priority: no preemption)
     waiting: dict[Priority, int] = field(default_factory=dict)  # requests waiting, by priority
-    work: dict[Priority, int] = field(default_factory=dict)  # tokens still to process, running and waiting
+    work: dict[Priority, int] = field(default_factory=dict)  # tokens the waiting ones will process, by priority
 
-    def add(self, priority: Priority, tokens: int, *, waiting: bool = True) -> None:
+    def add(self, priority: Priority, tokens: int) -> None:
+        """One more waiting request of `tokens` work."""
         self.work[priority] = self.work.get(priority, 0) + tokens
-        if waiting:
-            self.waiting[priority] = self.waiting.get(priority, 0) + 1
+        self.waiting[priority] = self.waiting.get(priority, 0) + 1
 
     def ahead_of(self, priority: Priority) -> tuple[int, int]:
-        """(requests waiting, tokens of work) that a new request of `priority` would find ahead of it."""
+        """(requests waiting, tokens of work) that a new request of `priority` would find ahead of it: every
+        running sequence's, and the waiting ones of its priority or higher (they are scheduled first)."""
         n = sum(v for p, v in self.waiting.items() if p <= priority)
-        return n, sum(v for p, v in self.work.items() if p <= priority)
+        return n, self.running_work + sum(v for p, v in self.work.items() if p <= priority)
 
     def copy(self) -> Load:
-        return Load(self.running, dict(self.waiting), dict(self.work))
+        return Load(self.running, self.running_work, dict(self.waiting), dict(self.work))
 
     def merge(self, other: Load) -> Load:
         """Add `other`'s waiting requests and work to this one (its running count is the engine's own)."""
@@ -139,8 +142,7 @@ def load_of(running: Iterable[Seq], waiting: Iterable[Seq]) -> Load:
     for seq in running:
         load.running += 1
         prompt_left = seq.prompt_len - min(seq.num_computed, seq.prompt_len)
-        load.add(seq.request.priority, prompt_left + max(0, expected_new(seq.request) - len(seq.output_ids)),
-                 waiting=False)
+        load.running_work += prompt_left + max(0, expected_new(seq.request) - len(seq.output_ids))
     for seq in waiting:
         load.add(seq.request.priority, seq.prompt_len + expected_new(seq.request))
     return load
