@@ -58,6 +58,8 @@ class Phase:
     in_time: int = 0  # 200 within the timeout
     in_time_tokens: int = 0  # prompt tokens computed (not cached) + completion tokens of those
     latency: list[float] = field(default_factory=list)  # ms, answers in time
+    done_at: list[float] = field(default_factory=list)  # perf_counter when each answer in time arrived
+    rate: float = 0.0  # closed loop: answers per second in the steady window (set by closed_loop)
     late: int = 0  # 200, but after the client would have given up (closed loop only: it never gives up)
     gave_up: int = 0  # the client's timeout passed first
     refused: list[float] = field(default_factory=list)  # 503 latencies, ms
@@ -68,6 +70,8 @@ class Phase:
 
     @property
     def goodput(self) -> float:
+        if self.rate:
+            return self.rate
         return self.in_time / self.wall_s if self.wall_s else 0.0
 
 
@@ -93,6 +97,7 @@ async def one(c: httpx.AsyncClient, i: int, args: argparse.Namespace, phase: Pha
         if ms <= args.timeout * 1e3:
             phase.in_time += 1
             phase.latency.append(ms)
+            phase.done_at.append(time.perf_counter())
             phase.in_time_tokens += u["prompt_tokens"] - cached + u["completion_tokens"]
         else:
             phase.late += 1
@@ -139,6 +144,10 @@ async def closed_loop(c: httpx.AsyncClient, args: argparse.Namespace, phase: Pha
             i += args.slots
     await asyncio.gather(*(client(k) for k in range(args.slots)))
     phase.wall_s = time.perf_counter() - t0
+    # the steady state: answers that arrived after the first quarter (the slots filling up together) and
+    # before the end (the last requests finishing with fewer and fewer in flight)
+    start = t0 + args.capacity_s / 4
+    phase.rate = sum(start <= t <= end for t in phase.done_at) / (end - start)
 
 
 async def open_loop(c: httpx.AsyncClient, args: argparse.Namespace, phase: Phase, rate: float, header: bool,
@@ -210,9 +219,10 @@ def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], started: s
         f"Python {platform.python_version()}. bench/overload.py describes the phases.",
         "",
         f"Capacity: {args.slots} closed-loop clients (one per slot), non-streamed chat, exactly {args.max_tokens} new "
-        f"tokens each: **{cap.goodput:.2f} answers/s** ({cap.in_time} answers in {cap.wall_s:.0f} s, median latency "
-        f"{median(cap.latency) if cap.latency else 0:.0f} ms). Then open-loop arrivals at {args.factor:g}x that "
-        f"rate for {args.phase_s:g} s, each client giving up after {args.timeout:g} s:",
+        f"tokens each: **{cap.goodput:.2f} answers/s** (answers arriving after the first quarter of "
+        f"{args.capacity_s:g} s; median latency {median(cap.latency) if cap.latency else 0:.0f} ms). Then "
+        f"open-loop arrivals at {args.factor:g}x that rate for {args.phase_s:g} s, each client giving up after "
+        f"{args.timeout:g} s:",
         "",
         "| workload | offered req/s | sent | answered in time (median latency) | goodput req/s | goodput / capacity "
         "| refused 503 (latency p50 / p99) | 504 | client gave up | engine: shed | expired queued "
