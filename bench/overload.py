@@ -148,6 +148,10 @@ async def closed_loop(c: httpx.AsyncClient, args: argparse.Namespace, phase: Pha
     # before the end (the last requests finishing with fewer and fewer in flight)
     start = t0 + args.capacity_s / 4
     phase.rate = sum(start <= t <= end for t in phase.done_at) / (end - start)
+    if phase.rate == 0:  # too short a phase for a steady state (a smoke run): the whole phase's
+        phase.rate = phase.in_time / phase.wall_s
+    if phase.rate == 0:
+        raise SystemExit("no answer in the capacity phase: give it longer (--capacity-s)")
 
 
 async def open_loop(c: httpx.AsyncClient, args: argparse.Namespace, phase: Phase, rate: float, header: bool,
