@@ -102,6 +102,12 @@ def limits_from_args(args: argparse.Namespace) -> LimitsConfig:
                         drain_s=args.drain_seconds)
 
 
+def deadlines_from_args(args: argparse.Namespace) -> tuple[DeadlineConfig, bool]:
+    """The time budgets, and whether deadline admission is on (docs/timeouts.md)."""
+    return (DeadlineConfig(default_timeout_s=args.default_timeout, max_timeout_s=args.max_timeout),
+            not args.no_deadline_admission)
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -116,12 +122,13 @@ def serve(args: argparse.Namespace) -> int:
     elif not path.is_file():
         print(f"sluicegate: no model file at {path}", file=sys.stderr)
         return 2
+    deadlines, deadline_admission = deadlines_from_args(args)
     config = Config(
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
                           n_threads=args.threads, flash_attn=args.flash_attn),
         limits=limits_from_args(args),
-        engine=SchedulerConfig(deadline_admission=not args.no_deadline_admission),
-        deadlines=DeadlineConfig(default_timeout_s=args.default_timeout, max_timeout_s=args.max_timeout),
+        engine=SchedulerConfig(deadline_admission=deadline_admission),
+        deadlines=deadlines,
         store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),
         auth=AuthConfig(insecure_no_auth=args.insecure_no_auth),
         ratelimit=RateLimitConfig(redis_url=args.redis_url, fail_open=args.rate_limit_fail_open,

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from sluicegate import cli
-from sluicegate.config import IdempotencyConfig, LimitsConfig
+from sluicegate.config import DeadlineConfig, IdempotencyConfig, LimitsConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -36,3 +36,14 @@ def test_the_idempotency_ttl_flag() -> None:
     for bad in ("0", "-1", "inf", "nan", "soon"):
         with pytest.raises(SystemExit):
             parse("--idempotency-ttl-hours", bad)
+
+
+def test_the_time_budget_flags() -> None:
+    assert cli.deadlines_from_args(parse()) == (DeadlineConfig(), True)
+    args = parse("--default-timeout", "30", "--max-timeout", "120", "--no-deadline-admission")
+    assert cli.deadlines_from_args(args) == (DeadlineConfig(default_timeout_s=30.0, max_timeout_s=120.0), False)
+    assert cli.deadlines_from_args(parse("--max-timeout", "none"))[0].max_timeout_s is None
+    assert {f.name for f in dataclasses.fields(DeadlineConfig)} == {"default_timeout_s", "max_timeout_s"}
+    for bad in ("0", "-1", "inf", "nan", "soon"):
+        with pytest.raises(SystemExit):
+            parse("--max-timeout", bad)
