@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +48,8 @@ BANNED_EOS = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>
 TOPICS = ["lighthouses", "bread", "the colour of the sky", "chess", "bicycles", "the water cycle", "coffee",
           "bird migration", "tides", "volcanoes", "bees", "paper"]
 QUEUED, RUNNING = 'requests_expired_total{stage="queued"}', 'requests_expired_total{stage="running"}'
-COUNTERS = ("requests_shed_total", QUEUED, RUNNING, "requests_cancelled_total", "prompt_tokens_total",
+CANCELLED = 'requests_finished_total{finish_reason="cancelled"}'
+COUNTERS = ("requests_shed_total", QUEUED, RUNNING, CANCELLED, "prompt_tokens_total",
             "generated_tokens_total", "requests_in_deadline_total", "goodput_tokens_total")
 
 
@@ -75,9 +78,12 @@ class Phase:
         return self.in_time / self.wall_s if self.wall_s else 0.0
 
 
+MODEL = {"name": "smollm2-135m-instruct"}  # the served model's name, read from /v1/models
+
+
 def body(i: int, max_tokens: int) -> dict[str, object]:
     text = f"Request {i}. In a few sentences, tell me something surprising about {TOPICS[i % len(TOPICS)]}."
-    return {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": text}],
+    return {"model": MODEL["name"], "messages": [{"role": "user", "content": text}],
             "max_tokens": max_tokens, "temperature": 0.0, "logit_bias": BANNED_EOS}
 
 
@@ -170,6 +176,7 @@ async def open_loop(c: httpx.AsyncClient, args: argparse.Namespace, phase: Phase
 async def run(url: str, args: argparse.Namespace) -> tuple[Phase, list[Phase]]:
     limits = httpx.Limits(max_connections=4096, max_keepalive_connections=512)
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(None), limits=limits) as c:
+        MODEL["name"] = (await c.get("/v1/models")).json()["data"][0]["id"]
         await one(c, 0, argparse.Namespace(**{**vars(args), "timeout": 600.0}), Phase("warm-up"), header=False)
         cap = Phase("capacity")
         before = await drained(c)
@@ -211,7 +218,7 @@ def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], started: s
             f"({median(p.latency) if p.latency else 0:.0f} ms) | {p.goodput:.2f} "
             f"| **{100 * p.goodput / cap.goodput:.0f}%** | {refused} | {p.expired} | {p.gave_up} "
             f"| {k['requests_shed_total']:.0f} | {k[QUEUED]:.0f} "
-            f"| {k[RUNNING]:.0f} | {k['requests_cancelled_total']:.0f} "
+            f"| {k[RUNNING]:.0f} | {k[CANCELLED]:.0f} "
             f"| {computed:.0f} | {wasted:.0f} ({100 * wasted / computed if computed else 0:.0f}%) "
             f"| {', '.join(f'{n} x {st}' for st, n in sorted(p.other.items())) or '-'} |")
     target = phases[0].goodput / cap.goodput if cap.goodput else 0.0
@@ -252,10 +259,24 @@ def main() -> None:
     ap.add_argument("--phase-s", type=float, default=DEFAULTS["phase_s"])
     ap.add_argument("--timeout", type=float, default=DEFAULTS["timeout"], help="each client's budget, seconds")
     ap.add_argument("--factor", type=float, default=DEFAULTS["factor"], help="arrival rate / capacity")
+    ap.add_argument("--reference", type=float, default=None, metavar="STEP_MS",
+                    help="instead of the real model, the reference backend with every step taking STEP_MS: a check "
+                         "of the mechanism (the printout is not for docs/benchmarks.md)")
     ap.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
     args = ap.parse_args()
+    if args.reference is not None and args.write:
+        raise SystemExit("--reference runs are not benchmarks of the model: no --write")
     started, load0 = time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
-    with sluicegate_server("--slots", str(args.slots), "--threads", "2", "--log-level", "warning") as url:
+    with contextlib.ExitStack() as stack:
+        if args.reference is None:
+            url = stack.enter_context(
+                sluicegate_server("--slots", str(args.slots), "--threads", "2", "--log-level", "warning"))
+        else:
+            from sluicegate.testing.refserver import running
+
+            logs = stack.enter_context(tempfile.TemporaryDirectory())
+            url = stack.enter_context(running(Path(logs), "--slots", str(args.slots), "--ctx", "512", "--eos-slope",
+                                              "0", "--step-delay-ms", format(args.reference, "g"))).url
         cap, phases = asyncio.run(run(url, args))
     text = report(args, cap, phases, started, load0)
     print(text)

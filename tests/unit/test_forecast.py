@@ -8,6 +8,7 @@ import pytest
 
 from sluicegate.engine import EngineRequest, Priority, SamplingParams
 from sluicegate.engine.forecast import (
+    HEADROOM,
     MIN_BUSY_S,
     MIN_STEPS,
     Load,
@@ -96,10 +97,12 @@ def test_full_slots_wait_for_the_work_ahead_of_the_same_or_higher_priority() -> 
 def test_verdicts() -> None:
     busy = Load(running=4, running_work=500)  # 5 s of work ahead
     assert judge(SPEED, busy, SHAPE, request(), now=0.0).verdict is Verdict.FITS  # no deadline
-    assert judge(SPEED, busy, SHAPE, request(deadline=7.0), now=0.0).verdict is Verdict.FITS  # 6.0 s
+    assert judge(SPEED, busy, SHAPE, request(deadline=7.0), now=0.0).verdict is Verdict.FITS  # 6.0 s, +10%
+    assert judge(SPEED, busy, SHAPE, request(deadline=6.5), now=0.0).verdict is Verdict.SHED  # no headroom left
     shed = judge(SPEED, busy, SHAPE, request(deadline=4.5), now=0.0)
-    assert shed.verdict is Verdict.SHED and shed.needed_s == pytest.approx(6.0) and shed.left_s == 4.5
-    assert shed.retry_after == 2 and shed.wait_s == pytest.approx(5.0) and not shed.first_token
+    assert shed.verdict is Verdict.SHED and shed.needed_s == pytest.approx(6.0 * (1 + HEADROOM))
+    assert shed.left_s == 4.5 and shed.retry_after == 3 and shed.wait_s == pytest.approx(5.0)
+    assert not shed.first_token
     never = judge(SPEED, Load(), SHAPE, request(deadline=0.4), now=0.0)  # 100 tokens take 0.5 s at best
     assert never.verdict is Verdict.NEVER and never.needed_s == pytest.approx(0.505)
     # a stream's first token: the prompt and one step

@@ -27,8 +27,10 @@ where `chunk` is the most tokens one step carries (`max_batch_tokens`): a prompt
 take a step each, not token by token at the drain rate (which decode steps dominate).
 
 `work_ahead / rate` is the time the engine needs to drain what is ahead at its measured rate: slightly more
-than the real wait when slots free up at different times, which errs towards refusing a request that might
-just have fitted rather than admitting one that will expire after spending compute. Until `MIN_BUSY_S` of
+than the real wait when slots free up at different times. A request is admitted only when its forecast, with
+`HEADROOM` (10%) added, fits the time left: the step time varies, and the answer must still reach its caller,
+whose timer started before the server's. Both err towards refusing a request that might just have fitted
+rather than admitting one that will expire after spending compute. Until `MIN_BUSY_S` of
 work and `MIN_STEPS` steps have been measured there is no forecast, and nothing is refused by it (a cold
 server must not refuse everything).
 """
@@ -47,6 +49,7 @@ TAU_S = 5.0  # the averages' time constant, in seconds of busy time
 MIN_BUSY_S = 1.0  # measured work needed before a forecast refuses anything
 MIN_STEPS = 16  # ... and this many steps
 MAX_RETRY_AFTER_S = 60  # the official SDKs honour a Retry-After up to 60 s (longer: their own backoff)
+HEADROOM = 0.1  # admit only a forecast this fraction inside the time left: the answer must still reach the caller
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,6 @@ def judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: f
         idle, need = (f.idle_first_token_s, f.first_token_s) if first else (f.idle_total_s, f.total_s)
         if idle > budget:
             return Judgement(Verdict.NEVER, idle, budget, first, f.wait_s)
-        if need > left and shed is None:
-            shed = Judgement(Verdict.SHED, need, left, first, f.wait_s)
+        if need * (1 + HEADROOM) > left and shed is None:
+            shed = Judgement(Verdict.SHED, need * (1 + HEADROOM), left, first, f.wait_s)
     return shed or Judgement(Verdict.FITS)
