@@ -7,8 +7,10 @@ One server: the real model (`serve --slots S --threads 2`). Every request is the
 `POST /v1/chat/completions`, greedy, end-of-text banned (logit_bias), so every answer is exactly
 `--max-tokens` tokens; each prompt is distinct. Three phases, each started on a drained engine:
 
-1. capacity: S closed-loop clients (one per slot) for `--capacity-s` seconds, no deadline: answers per second
-   with every slot busy. This also warms the engine's speed measurement (the forecast needs one);
+1. capacity: 2S closed-loop clients for `--capacity-s` seconds, no deadline: answers per second with every
+   slot busy and a queue waiting (with only S clients a slot would idle between a client's answer and its next
+   request), over the steady state (after the first quarter). This also warms the engine's speed measurement
+   (the forecast needs one);
 2. deadlines: open-loop arrivals, evenly spaced, at `--factor` (2) x capacity for `--phase-s` seconds, each
    request sending `X-Request-Timeout: T` (`--timeout`, 10) and giving up after T seconds (it closes its
    connection, and the server aborts what it was doing for it);
@@ -142,13 +144,15 @@ async def closed_loop(c: httpx.AsyncClient, args: argparse.Namespace, phase: Pha
     t0 = time.perf_counter()
     wide = argparse.Namespace(**{**vars(args), "timeout": 600.0})  # capacity: nobody gives up
 
+    clients = 2 * args.slots
+
     async def client(k: int) -> None:
         i = k
         while time.perf_counter() < end:
             phase.sent += 1
             await one(c, 100_000 + i, wide, phase, header=False)
-            i += args.slots
-    await asyncio.gather(*(client(k) for k in range(args.slots)))
+            i += clients
+    await asyncio.gather(*(client(k) for k in range(clients)))
     phase.wall_s = time.perf_counter() - t0
     # the steady state: answers that arrived after the first quarter (the slots filling up together) and
     # before the end (the last requests finishing with fewer and fewer in flight)
@@ -229,9 +233,9 @@ def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], started: s
         f"{os.getloadavg()[0]:.1f} at the end). Machine: {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}. bench/overload.py describes the phases.",
         "",
-        f"Capacity: {args.slots} closed-loop clients (one per slot), non-streamed chat, exactly {args.max_tokens} new "
-        f"tokens each: **{cap.goodput:.2f} answers/s** (answers arriving after the first quarter of "
-        f"{args.capacity_s:g} s; median latency {median(cap.latency) if cap.latency else 0:.0f} ms). Then "
+        f"Capacity: {2 * args.slots} closed-loop clients on {args.slots} slots, non-streamed chat, exactly "
+        f"{args.max_tokens} new tokens each: **{cap.goodput:.2f} answers/s** (answers arriving after the first "
+        f"quarter of {args.capacity_s:g} s; median latency {median(cap.latency) if cap.latency else 0:.0f} ms). Then "
         f"open-loop arrivals at {args.factor:g}x that rate for {args.phase_s:g} s, each client giving up after "
         f"{args.timeout:g} s:",
         "",
