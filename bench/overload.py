@@ -2,6 +2,8 @@
 
     flock /tmp/sluicegate-bench.lock .venv/bin/python bench/overload.py --write            # the full run
     ... bench/overload.py --slots 2 --max-tokens 8 --capacity-s 4 --phase-s 4 --timeout 5  # a smoke run
+    ... bench/overload.py --reference 20 --slots 8 --max-tokens 32 --phase-s 30 --timeout 5  # no model: the
+                                                       reference backend, 20 ms a step (checks the mechanism)
 
 One server: the real model (`serve --slots S --threads 2`). Every request is the same shape: a non-streamed
 `POST /v1/chat/completions`, greedy, end-of-text banned (logit_bias), so every answer is exactly
