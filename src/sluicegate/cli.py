@@ -11,6 +11,7 @@ from sluicegate import cli_jobs, cli_store, cli_upstream
 from sluicegate.config import (
     AuthConfig,
     Config,
+    DeadlineConfig,
     IdempotencyConfig,
     LimitsConfig,
     ModelConfig,
@@ -18,6 +19,7 @@ from sluicegate.config import (
     StoreConfig,
     WebhookConfig,
 )
+from sluicegate.engine import SchedulerConfig
 
 
 def positive_hours(text: str) -> float:
@@ -42,6 +44,17 @@ def host_list(text: str) -> list[str]:
     if not hosts:
         raise argparse.ArgumentTypeError("no host given (`*` serves any)")
     return hosts
+def seconds_or_none(text: str) -> float | None:
+    """An argparse type: a positive, finite number of seconds, or `none`."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds, or none")
+    return value
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,6 +87,15 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="new tokens the cost estimate assumes for a request that sets no limit")
     p.add_argument("--drain-seconds", type=float, default=lim.drain_s,
                    help="on shutdown, how long in-flight requests may finish before they are cancelled")
+    dl = DeadlineConfig()
+    p.add_argument("--default-timeout", type=seconds_or_none, default=dl.default_timeout_s, metavar="SECONDS",
+                   help="time budget of a request that sends no timeout header (X-Request-Timeout, or the official "
+                        "SDKs' own); default: none, so the maximum applies (docs/timeouts.md)")
+    p.add_argument("--max-timeout", type=seconds_or_none, default=dl.max_timeout_s, metavar="SECONDS",
+                   help=f"every request's time budget is capped here (default {dl.max_timeout_s:g}; none: no cap)")
+    p.add_argument("--no-deadline-admission", action="store_true",
+                   help="admit requests whatever the forecast says (they still end at their deadline); by default a "
+                        "request that cannot meet its deadline at the measured speed is refused at once")
     cli_store.add_store_args(p)
     cli_upstream.add_upstream_args(p)
     rl = RateLimitConfig()
@@ -133,6 +155,10 @@ def webhooks_from_args(args: argparse.Namespace) -> WebhookConfig:
         timeout_s=args.webhook_timeout_seconds, poll_s=args.webhook_poll_seconds,
         max_in_flight=args.webhook_max_in_flight, max_endpoints_per_key=args.webhook_max_endpoints,
     )
+def deadlines_from_args(args: argparse.Namespace) -> tuple[DeadlineConfig, bool]:
+    """The time budgets, and whether deadline admission is on (docs/timeouts.md)."""
+    return (DeadlineConfig(default_timeout_s=args.default_timeout, max_timeout_s=args.max_timeout),
+            not args.no_deadline_admission)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -156,12 +182,15 @@ def serve(args: argparse.Namespace) -> int:
     elif not path.is_file():
         print(f"sluicegate: no model file at {path}", file=sys.stderr)
         return 2
+    deadlines, deadline_admission = deadlines_from_args(args)
     config = Config(
         upstream=upstream,
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
                           n_threads=args.threads, adaptive_threads=args.adaptive_threads,
                           flash_attn=args.flash_attn),
         limits=limits_from_args(args),
+        engine=SchedulerConfig(deadline_admission=deadline_admission),
+        deadlines=deadlines,
         store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),
         auth=AuthConfig(insecure_no_auth=args.insecure_no_auth),
         ratelimit=RateLimitConfig(redis_url=args.redis_url, fail_open=args.rate_limit_fail_open,

@@ -31,6 +31,14 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadlineConfig:
+    """The caller's time budget (docs/timeouts.md): X-Request-Timeout, else an official SDK's timeout header."""
+
+    default_timeout_s: float | None = None  # budget of a request that sends no timeout header; None: the maximum
+    max_timeout_s: float | None = 1800.0  # every budget is capped here; None: none (no header, no default: unbounded)
+
+
+@dataclass(frozen=True, slots=True)
 class StoreConfig:
     data_dir: Path = Path(".sluicegate")  # holds the default SQLite file (created on demand, owner-only)
     database_url: str | None = None  # any SQLAlchemy URL (postgresql+psycopg://..., sqlite:///FILE); None: data_dir
@@ -164,6 +172,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     ratelimit: RateLimitConfig = field(default_factory=RateLimitConfig)

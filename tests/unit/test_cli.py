@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from sluicegate import cli
-from sluicegate.config import IdempotencyConfig, LimitsConfig, WebhookConfig
+from sluicegate.config import DeadlineConfig, IdempotencyConfig, LimitsConfig, WebhookConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -64,3 +64,12 @@ def test_every_webhook_setting_has_a_flag() -> None:
         timeout_s=2.0, poll_s=0.1, max_in_flight=4, max_endpoints_per_key=5)
     with pytest.raises(SystemExit, match="not an address"):
         cli.webhooks_from_args(parse("--webhook-allow-network", "10.0.0.0/99"))
+def test_the_time_budget_flags() -> None:
+    assert cli.deadlines_from_args(parse()) == (DeadlineConfig(), True)
+    args = parse("--default-timeout", "30", "--max-timeout", "120", "--no-deadline-admission")
+    assert cli.deadlines_from_args(args) == (DeadlineConfig(default_timeout_s=30.0, max_timeout_s=120.0), False)
+    assert cli.deadlines_from_args(parse("--max-timeout", "none"))[0].max_timeout_s is None
+    assert {f.name for f in dataclasses.fields(DeadlineConfig)} == {"default_timeout_s", "max_timeout_s"}
+    for bad in ("0", "-1", "inf", "nan", "soon"):
+        with pytest.raises(SystemExit):
+            parse("--max-timeout", bad)

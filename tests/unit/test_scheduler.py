@@ -260,6 +260,20 @@ def test_a_deadline_cancels_in_each_phase_on_the_next_step(phase: str) -> None:
     check_invariants(s)
 
 
+def test_a_first_token_deadline_binds_only_until_the_first_token() -> None:
+    s = make(n_slots=1, max_batch_tokens=32)
+    waiting, streaming = seq(3, max_new=100), seq(3, max_new=100)
+    waiting.request.first_token_deadline = streaming.request.first_token_deadline = 5.0
+    s.add(streaming)
+    step(s, now=1.0)  # a 3-token prompt: its first token comes with the first step
+    assert streaming.output_ids and streaming.status is SeqStatus.RUNNING
+    s.add(waiting)  # the slot is taken: it waits
+    out = s.schedule(5.0)
+    assert out.expired == [waiting] and waiting.finish_reason is FinishReason.EXPIRED
+    assert streaming.status is SeqStatus.RUNNING  # past its first token, that deadline no longer applies
+    check_invariants(s)
+
+
 def test_cancelled_prefill_keeps_only_completed_blocks_in_the_cache() -> None:
     s = make(n_slots=1, max_batch_tokens=100, block_size=64)
     q = seq(300)

@@ -15,6 +15,7 @@ from sluicegate import __version__
 from sluicegate.api.errors import install_error_handlers
 from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
+from sluicegate.api.middleware.deadline import DeadlineMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
 from sluicegate.api.middleware.trusted_host import HostRule, TrustedHostMiddleware, document_trusted_host
@@ -83,6 +84,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(tokenize.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes,
                        upload_bytes=config.jobs.max_file_bytes)
+    app.add_middleware(DeadlineMiddleware, config=config.deadlines)  # the caller's budget, before the body
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
     app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused
     # Outside everything but the request context: a foreign Host (DNS rebinding) reaches no route, key check or

@@ -2,6 +2,7 @@
 
 from sluicegate.engine.client import AsyncEngine
 from sluicegate.engine.core import Engine, EngineOverloaded, EngineStopped
+from sluicegate.engine.forecast import DeadlineTooShort
 from sluicegate.engine.scheduler import SchedulerConfig
 from sluicegate.engine.types import (
     EngineRequest,
@@ -15,6 +16,7 @@ from sluicegate.engine.types import (
 
 __all__ = [
     "AsyncEngine",
+    "DeadlineTooShort",
     "Engine",
     "EngineOverloaded",
     "EngineRequest",

@@ -21,6 +21,17 @@ from prometheus_client import CollectorRegistry
 
 from sluicegate.backends.base import BatchItem, ModelRunner
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
+from sluicegate.engine.forecast import (
+    DeadlineTooShort,
+    Load,
+    Shape,
+    Speed,
+    Throughput,
+    Verdict,
+    expected_new,
+    judge,
+    load_of,
+)
 from sluicegate.engine.metrics import EngineMetrics
 from sluicegate.engine.sampler import SampleRow, sample
 from sluicegate.engine.scheduler import (
@@ -42,11 +53,13 @@ Sink = Callable[[RequestOutput], None]
 
 
 class EngineOverloaded(Exception):
-    """The waiting queue is full; retry after `retry_after` seconds."""
+    """Not now: the waiting queue is full (`code` "queue_full"), or the forecast says the request cannot meet
+    its deadline at the present load ("wait_exceeds_deadline"); retry after `retry_after` seconds."""
 
-    def __init__(self, retry_after: int, message: str) -> None:
+    def __init__(self, retry_after: int, message: str, code: str = "queue_full") -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.code = code
 
 
 class EngineStopped(Exception):
@@ -85,6 +98,9 @@ class Engine:
         # from the inbox and not yet published count as waiting until the next publish.
         self._waiting_n = 0
         self._waiting_tokens = 0
+        self._load = Load()  # the same for deadline admission: published load, plus the inbox taken since
+        self._inbox_load = Load()  # what the inbox holds
+        self._throughput = Throughput()  # measured by the engine thread after every step
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
         self._accepting = True
@@ -116,9 +132,30 @@ class Engine:
                     self._retry_after(waiting),
                     f"{waiting} requests are waiting; the queue holds {self.scheduler.config.max_waiting}",
                 )
+            self._admit_by_deadline(request)
             self._inbox.append((request, sink))
             self._inbox_tokens += n_prompt
+            self._inbox_load.add(request.priority, n_prompt + expected_new(request))
             self._lock.notify()
+
+    @property
+    def speed(self) -> Speed:
+        """The measured speed deadline admission forecasts with (engine/forecast.py)."""
+        return self._throughput.speed
+
+    def _admit_by_deadline(self, request: EngineRequest) -> None:
+        """Refuse (under the lock) a request the forecast says cannot meet its deadlines (engine/forecast.py)."""
+        if not self.scheduler.config.deadline_admission:
+            return
+        load = self._load.copy().merge(self._inbox_load)
+        shape = Shape(self.runner.limits.n_slots, self.scheduler.config.max_batch_tokens)
+        j = judge(self._throughput.speed, load, shape, request, time.monotonic())
+        if j.verdict is Verdict.NEVER:
+            raise DeadlineTooShort(j)
+        if j.verdict is Verdict.SHED:
+            with self.stats.lock:
+                self.stats.requests_shed += 1
+            raise EngineOverloaded(j.retry_after, j.describe(), code="wait_exceeds_deadline")
 
     def abort(self, request_id: str) -> None:
         with self._lock:
@@ -175,6 +212,8 @@ class Engine:
                 self._waiting_n += len(inbox)
                 self._waiting_tokens += self._inbox_tokens
                 self._inbox_tokens = 0
+                self._load.merge(self._inbox_load)
+                self._inbox_load = Load()
                 aborts, self._aborts = self._aborts, set()
             try:
                 self._take(inbox, aborts)
@@ -242,8 +281,7 @@ class Engine:
         out = self.scheduler.schedule(now)
         self._publish_waiting()  # before the forward pass: the requests just scheduled no longer wait
         for seq in out.expired:
-            with self.stats.lock:
-                self.stats.requests_expired += 1
+            self._count_expired(seq)
             self._finish(self._live[seq.request.request_id], FinishReason.EXPIRED, now)
         if out.empty and not out.kv_ops:
             self._update_gauges()
@@ -252,6 +290,7 @@ class Engine:
             self._apply_kv_ops(out)
             sampled = self._forward(out) if out.chunks else ([], {})
             done = time.monotonic()
+            self._throughput.observe(sum(len(c.token_ids) for c in out.chunks), done - now)
             with self.stats.lock:
                 self.stats.steps += 1
                 self.stats.prompt_tokens += sum(
@@ -340,6 +379,9 @@ class Engine:
             self.stats.finish_times.append(now)
             if reason in (FinishReason.CANCELLED, FinishReason.EXPIRED):
                 self.stats.requests_cancelled += 1
+            elif reason is not FinishReason.ERROR and (seq.request.deadline is None or now <= seq.request.deadline):
+                self.stats.requests_in_deadline += 1
+                self.stats.goodput_tokens += len(seq.output_ids)
             elif reason is FinishReason.ERROR:
                 self.stats.requests_failed += 1
         _deliver(
@@ -376,11 +418,22 @@ class Engine:
         if live is not None:
             self._finish(live, FinishReason.ERROR, now, error=message)
 
+    def _count_expired(self, seq: Seq) -> None:
+        """A deadline ended `seq`: queued (it never had a slot: no compute spent) or running (its work is lost)."""
+        with self.stats.lock:
+            self.stats.requests_expired += 1
+            if seq.first_scheduled is not None:
+                self.stats.requests_expired_running += 1
+                computed = min(seq.num_computed, seq.prompt_len) - seq.cached_tokens
+                self.stats.expired_tokens += computed + len(seq.output_ids)
+
     def _publish_waiting(self) -> None:
         """What admission sees (submit): the scheduler's queue, which now holds the inbox taken before."""
+        load = load_of(self.scheduler.running, self.scheduler.waiting)
         with self._lock:
             self._waiting_n = len(self.scheduler.waiting)
             self._waiting_tokens = self.scheduler.waiting_tokens
+            self._load = load
 
     def _update_gauges(self) -> None:
         slots = self.scheduler.slots
@@ -394,6 +447,7 @@ class Engine:
             self.stats.prefix_hits = slots.hits
             self.stats.prefix_evicted_blocks = slots.evictions
             self.stats.prefix_cached_blocks = slots.cached_blocks
+            self.stats.drain_tokens_per_second = self._throughput.speed.rate
 
 
 def _deliver(live: _Live, out: RequestOutput) -> None:

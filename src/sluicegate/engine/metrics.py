@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sluicegate.engine.stats import COUNTER_HELP, GAUGE_HELP, EngineStats
+from sluicegate.engine.stats import COUNTER_HELP, GAUGE_HELP, LABELLED, LABELLED_HELP, EngineStats
 
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -43,6 +43,12 @@ class _StatsCollector(Collector):
         for name, text in COUNTER_HELP.items():
             c = CounterMetricFamily(f"sluicegate_{name}", text, labels=["model_name"])
             c.add_metric([self._model], snap[name])
+            yield c
+        for name, text in LABELLED_HELP.items():
+            label, fields = LABELLED[name]
+            c = CounterMetricFamily(f"sluicegate_{name}", text, labels=["model_name", label])
+            for value, key in fields.items():
+                c.add_metric([self._model, value], snap[key])
             yield c
         for name, text in GAUGE_HELP.items():
             g = GaugeMetricFamily(f"sluicegate_{name}", text, labels=["model_name"])

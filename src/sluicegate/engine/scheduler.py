@@ -38,6 +38,7 @@ class SchedulerConfig:
     max_waiting: int = 256  # requests allowed to wait for a slot; beyond it: 503 overloaded
     max_waiting_tokens: int = 1 << 20  # prompt tokens allowed to wait; beyond it: 503 overloaded
     batch_aging_s: float = 30.0  # a batch request waiting this long goes ahead of younger batch requests
+    deadline_admission: bool = True  # refuse at submit what the measured speed says cannot meet its deadline
 
 
 class SeqStatus(enum.Enum):
@@ -249,4 +250,7 @@ def queue_has_room(config: SchedulerConfig, n_waiting: int, waiting_tokens: int,
 
 
 def _expired(seq: Seq, now: float) -> bool:
-    return seq.request.deadline is not None and now >= seq.request.deadline
+    r = seq.request
+    if r.deadline is not None and now >= r.deadline:
+        return True
+    return r.first_token_deadline is not None and not seq.output_ids and now >= r.first_token_deadline

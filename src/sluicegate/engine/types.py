@@ -17,7 +17,7 @@ class FinishReason(enum.StrEnum):
     STOP = "stop"  # a stop string matched
     EOS = "eos"  # the model ended the sequence
     CANCELLED = "cancelled"  # client left, explicit abort, or shutdown
-    EXPIRED = "expired"  # the request's deadline passed (queued or mid-generation)
+    EXPIRED = "expired"  # a deadline passed (queued, mid-generation, or a stream's first token not yet out)
     ERROR = "error"  # the engine failed while running it
 
 
@@ -74,7 +74,10 @@ class EngineRequest:
     arrival: float = field(default_factory=time.monotonic)  # when the request reached the server
     priority: Priority = Priority.INTERACTIVE
     tenant: str = ""
-    deadline: float | None = None  # monotonic; past it the request is cancelled
+    deadline: float | None = None  # monotonic; past it the request is dropped (queued) or cut (running)
+    first_token_deadline: float | None = None  # monotonic; past it, a request with no token yet is dropped
+    estimated_new_tokens: int | None = None  # new tokens expected (the serving core's cost estimate; None:
+    # max_new_tokens): what deadline admission forecasts with (engine/forecast.py), never a limit
     constraint: Constraint | None = None
 
 

@@ -22,6 +22,27 @@ class TokenUsage:
     generated_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """One deadline: when (monotonic), the budget it came from (after the server's cap), and whose it is."""
+
+    at: float
+    budget_s: float
+    source: str  # a header's name, or the server's setting (serving/deadline.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """A request's deadlines, from the caller's budget and the server's limits (serving/deadline.py).
+
+    A whole answer and a stream may differ: an SDK's read timeout bounds a whole answer, but only a stream's
+    first token (heartbeats reset the client's timer after that)."""
+
+    answer: Bound | None  # a whole (non-streamed) answer
+    stream: Bound | None  # a stream, to its end
+    first_token: Bound | None  # a stream's first token
+
+
 class Admission(Protocol):
     """A reservation the serving core makes once it knows a request's cost (rate limits: api/middleware/
     ratelimit.py); raises ApiError to refuse. Whoever sets it settles it when the response has ended."""
@@ -38,6 +59,8 @@ class RequestContext:
     tenant: str = ""  # whose request: the scheduler's fairness unit (the API key's id once keys are on)
     priority: Priority = Priority.INTERACTIVE  # batch jobs run at Priority.BATCH
     deadline: float | None = None  # monotonic; past it the engine drops or cuts the request
+    first_token_deadline: float | None = None  # monotonic; a stream with no token by then is dropped
+    deadlines: Deadlines | None = None  # how they were set (api/middleware/deadline.py); None: no budget given
     key_id: str | None = None  # the authenticated key; None when the store holds no key (auth off)
     scopes: frozenset[str] = frozenset()  # what the key may do (auth off: every scope)
     usage: TokenUsage | None = None  # set by a metered route when its work ends
@@ -49,6 +72,14 @@ class RequestContext:
     def engine_id(self) -> str:
         """The engine's key for this request's work: unique even when clients reuse an X-Request-Id."""
         return f"{self.request_id}#{self.serial}"
+
+    def streaming(self) -> None:
+        """The request is answered as a stream: its deadlines become a stream's (the serving core calls this
+        before the engine sees the request; the upstream client reads the same fields)."""
+        d = self.deadlines
+        if d is not None:
+            self.deadline = None if d.stream is None else d.stream.at
+            self.first_token_deadline = None if d.first_token is None else d.first_token.at
 
     def stage(self, name: str, start: float) -> float:
         """Record the time since `start` under `name`; returns now."""

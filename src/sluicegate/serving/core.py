@@ -7,8 +7,9 @@ between is here, so every surface gets the same rules:
 - `check_tokens`: the token budget with every `LimitsConfig` rule (prompt-token limit, window, new-token
   limit), and `check_text_bytes`, the untokenised pre-check that refuses a huge text in microseconds;
 - `start_runs`: `n` choices per prompt fanned out once (run i seeded `seed + i`, so every choice can be
-  replayed alone), engine ids unique per request, tenant/priority/deadline from the request context, the
-  engine's refusals mapped to the envelope, and the request's one cost estimate;
+  replayed alone), engine ids unique per request, tenant/priority/deadlines from the request context (a
+  stream's when it streams: serving/deadline.py), the engine's refusals mapped to the envelope (the deadline
+  forecast's among them), and the request's one cost estimate;
 - `Runs`: the started runs, read through one `OutputCollector` (no task per run or per event): `events()`
   for streams (with heartbeat cues), `collect()` for whole answers; leaving early aborts what is left;
 - `finish_error`: what a run's end means for its client.
@@ -26,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from sluicegate.engine import (
+    DeadlineTooShort,
     EngineOverloaded,
     EngineRequest,
     EngineStopped,
@@ -36,6 +38,7 @@ from sluicegate.engine import (
 )
 from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import Constraint
+from sluicegate.serving import deadline
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import EngineClient, ServedModel, check_text
@@ -49,7 +52,7 @@ MAX_SEED = 2**63 - 1
 def engine_error(exc: Exception) -> ApiError:
     """Map the engine's refusals to the envelope (anything else is a bug and re-raises)."""
     if isinstance(exc, EngineOverloaded):
-        return ApiError("overloaded", str(exc), retry_after=exc.retry_after, code="queue_full")
+        return ApiError("overloaded", str(exc), retry_after=exc.retry_after, code=exc.code)
     if isinstance(exc, EngineStopped):
         return ApiError("shutting_down", str(exc), retry_after=5)
     raise exc
@@ -177,12 +180,15 @@ async def start_runs(
     requested_new: int | None = None,
     new_param: str | None = None,
     constraint: Callable[[], Constraint] | None = None,
+    stream: bool = False,
 ) -> Runs:
     """Fan out `n` runs per prompt (choice `p * n + i` is run i of prompt p, seeded `seed + i`), build the
     engine requests from the context, reserve their cost (`ctx.admission`: rate limits), and start them.
     `requested_new` is the request's own new-token limit, named `new_param` (None when it set none: the cost
     estimate then uses `estimate_new_tokens`). `constraint`, when given, makes each run's own decoding
-    constraint."""
+    constraint. `stream`: the answer is streamed, so the context's stream deadlines apply."""
+    if stream:
+        ctx.streaming()
     single = len(prompts) * n == 1
     estimate = model.token_budget.estimate_new_tokens
     requests: list[EngineRequest] = []
@@ -191,16 +197,20 @@ async def start_runs(
         for i in range(n):
             run = dataclasses.replace(params, seed=run_seed(params.seed, i)) if n > 1 else params
             rid = ctx.engine_id if single else f"{ctx.engine_id}:{k * n + i}"
+            new = run.max_new_tokens if requested_new is not None else min(run.max_new_tokens, estimate)
             requests.append(EngineRequest(
                 rid, ids, run, arrival=ctx.arrival, priority=ctx.priority, tenant=ctx.tenant,
-                deadline=ctx.deadline, constraint=None if constraint is None else constraint(),
+                deadline=ctx.deadline, first_token_deadline=ctx.first_token_deadline, estimated_new_tokens=new,
+                constraint=None if constraint is None else constraint(),
             ))
-            new = run.max_new_tokens if requested_new is not None else min(run.max_new_tokens, estimate)
             cost += len(ids) + new
     runs = Runs(model.engine, requests, cost)
     if ctx.admission is not None:
         await ctx.admission.reserve(cost, new_param)
-    runs.start()
+    try:
+        runs.start()
+    except DeadlineTooShort as exc:
+        raise deadline.too_short(exc, ctx, stream=stream, new_param=new_param) from None
     return runs
 
 

@@ -22,6 +22,7 @@ STATUS: Mapping[str, int] = {
     "context_length_exceeded": 422,
     "prompt_too_long": 422,
     "idempotency_key_reused": 422,
+    "deadline_too_short": 422,
     "not_found": 404,
     "model_not_found": 404,
     "method_not_allowed": 405,

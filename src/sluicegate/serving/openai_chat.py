@@ -291,7 +291,7 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
         )
     runs = await start_runs(
         model, ctx, [prompt.token_ids], params, n=req.n, requested_new=requested, new_param=new_param,
-        constraint=None if grammar is None else grammar.constraint,
+        constraint=None if grammar is None else grammar.constraint, stream=req.stream,
     )
     return ChatPlan(req, prompt.text, runs, tool, ident.ref, fingerprint(model))
 

@@ -155,7 +155,7 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
         params = dataclasses.replace(params, top_k=req.top_k)
     grammar = await completion_grammar(model, req)
     runs = await start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens, new_param="max_tokens",
-                            constraint=None if grammar is None else grammar.constraint)
+                            constraint=None if grammar is None else grammar.constraint, stream=req.stream)
     return CompletionPlan(req, texts, runs, ident.ref, fingerprint(model))
 
 

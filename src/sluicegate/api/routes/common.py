@@ -72,6 +72,18 @@ def idempotency_doc() -> dict[str, Any]:
     }]}
 
 
+def work_doc() -> dict[str, Any]:
+    """OpenAPI `parameters` of a route that creates work: Idempotency-Key and the caller's time budget."""
+    timeout = {
+        "name": "X-Request-Timeout", "in": "header", "required": False,
+        "schema": {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$"},
+        "description": "the caller's time budget in seconds, for the whole answer (streams too); the official "
+                       "SDKs' x-stainless-read-timeout / x-stainless-timeout are read when it is absent "
+                       "(docs/timeouts.md)",
+    }
+    return {"parameters": [*idempotency_doc()["parameters"], timeout]}
+
+
 def error_responses(*types: str) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` for the envelope under each status these error types use."""
     from sluicegate.protocol.common import ErrorEnvelope
@@ -83,4 +95,5 @@ def error_responses(*types: str) -> dict[int | str, dict[str, Any]]:
     return out
 
 
-__all__ = ["envelope", "error_responses", "idempotency_doc", "json_reply", "read_request", "require_json"]
+__all__ = ["envelope", "error_responses", "idempotency_doc", "json_reply", "read_request", "require_json",
+           "work_doc"]

@@ -8,21 +8,21 @@ from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
 from sluicegate.api.envelope import error_response
 from sluicegate.api.idempotency import begin, idempotency_key
 from sluicegate.api.metering import from_runs
-from sluicegate.api.routes.common import error_responses, idempotency_doc, json_reply, read_request
+from sluicegate.api.routes.common import error_responses, json_reply, read_request, work_doc
 from sluicegate.protocol.generate import GenerateRequest, GenerateResponse
 from sluicegate.serving import generate as serving
 from sluicegate.serving.core import Runs
 
 router = APIRouter(tags=["native"])
 
-ERRORS = ("invalid_json", "unsupported_media_type", "body_too_large", "invalid_request", "model_not_found",
-          "idempotency_key_in_use", "overloaded", "internal_error")
+ERRORS = ("invalid_json", "unsupported_media_type", "body_too_large", "invalid_request", "deadline_too_short",
+          "model_not_found", "idempotency_key_in_use", "overloaded", "deadline_exceeded", "internal_error")
 
 
 @router.post(
     "/v1/generate", response_model=GenerateResponse, summary="Continue a prompt",
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/GenerateRequest"}}}}, **idempotency_doc()},
+        "schema": {"$ref": "#/components/schemas/GenerateRequest"}}}}, **work_doc()},
     responses=error_responses(*ERRORS),
 )
 async def generate(request: Request) -> Response:

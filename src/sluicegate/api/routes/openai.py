@@ -20,7 +20,7 @@ from sluicegate.api.jsonbody import parse_json
 from sluicegate.api.metering import from_runs
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_envelope, openai_error_response
-from sluicegate.api.routes.common import idempotency_doc, json_reply, refuse_query, require_json
+from sluicegate.api.routes.common import json_reply, refuse_query, require_json, work_doc
 from sluicegate.api.sse import sse_response
 from sluicegate.api.state import app_state
 from sluicegate.api.validation import openai_validation_error as validation_error
@@ -63,17 +63,20 @@ async def read_openai(
     return parsed
 
 
-def _errors() -> dict[int | str, dict[str, Any]]:
+def _errors(*, work: bool = False) -> dict[int | str, dict[str, Any]]:
+    """The error responses; `work`: a route that creates work, so its deadline can pass (504)."""
     return {
         status: {"model": ErrorEnvelope, "description": text}
         for status, text in (
-            (400, "invalid_request_error (our kind in `code`)"),
+            (400, "invalid_request_error (our kind in `code`: e.g. deadline_too_short, invalid_header)"),
             (404, "model_not_found"),
             (409, "idempotency_key_in_use: the first request with this Idempotency-Key is still running"),
             (413, "body_too_large"),
             (415, "unsupported_media_type"),
             (500, "internal_error"),
-            (503, "overloaded, not_ready, shutting_down"),
+            (503, "overloaded (queue full, or the deadline cannot be met at the present load), not_ready, "
+                  "shutting_down"),
+            *([(504, "deadline_exceeded: the request's deadline passed (docs/timeouts.md)")] if work else []),
         )
     }
 
@@ -109,8 +112,8 @@ _STREAM_DOC = {
     "/v1/chat/completions",
     response_model=ChatCompletion,
     summary="OpenAI-compatible chat completion",
-    openapi_extra={**_body("ChatCompletionRequest"), "responses": _STREAM_DOC, **idempotency_doc()},
-    responses=_errors(),
+    openapi_extra={**_body("ChatCompletionRequest"), "responses": _STREAM_DOC, **work_doc()},
+    responses=_errors(work=True),
 )
 async def chat_completions(request: Request) -> Response:
     return await _serve(request, ChatCompletionRequest, openai_chat.chat_refusal, chat)
@@ -120,8 +123,8 @@ async def chat_completions(request: Request) -> Response:
     "/v1/completions",
     response_model=Completion,
     summary="OpenAI-compatible text completion",
-    openapi_extra={**_body("CompletionRequest"), "responses": _STREAM_DOC, **idempotency_doc()},
-    responses=_errors(),
+    openapi_extra={**_body("CompletionRequest"), "responses": _STREAM_DOC, **work_doc()},
+    responses=_errors(work=True),
 )
 async def text_completions(request: Request) -> Response:
     return await _serve(request, CompletionRequest, openai_completions.completion_refusal, completions)
