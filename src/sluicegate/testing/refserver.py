@@ -2,6 +2,7 @@
 
     python -m sluicegate.testing.refserver --port 8123 [--max-body-bytes N] [--ctx 512] [--database-url URL]
         [--redis-url URL] [--idempotency-ttl-hours H] [--step-delay-ms MS] [--eos-slope X]
+        [--drain-seconds S] [the connection flags of `serve`: --header-timeout S, ...] [--plain-http]
 
 `running()` starts it as a subprocess on a free port and waits for readiness; the CLI's `serve` serves only
 llama.cpp, and the reference backend needs no model file.
@@ -29,9 +30,9 @@ from sluicegate.backends.reference import ReferenceRunner
 
 
 def main(argv: list[str] | None = None) -> int:
-    import uvicorn
-
     from sluicegate.api.app import create_app
+    from sluicegate.api.server.run import serve_app
+    from sluicegate.cli import add_connection_args, connections_from_args
     from sluicegate.config import Config, IdempotencyConfig, LimitsConfig, RateLimitConfig
 
     p = argparse.ArgumentParser(prog="refserver", description=__doc__)
@@ -46,12 +47,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idempotency-ttl-hours", type=float, default=IdempotencyConfig().ttl_hours)
     p.add_argument("--step-delay-ms", type=float, default=0.0, help="sleep this long in every engine step")
     p.add_argument("--eos-slope", type=float, default=0.02, help="0: generations run to their max_new_tokens")
+    p.add_argument("--drain-seconds", type=float, default=LimitsConfig().drain_s)
+    add_connection_args(p)
+    p.add_argument("--plain-http", action="store_true",
+                   help="uvicorn's own httptools protocol, without the connection limits (benchmarks only)")
     p.add_argument("--log-level", default="warning")
     args = p.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = Config(limits=LimitsConfig(max_body_bytes=args.max_body_bytes),
+    config = Config(limits=LimitsConfig(max_body_bytes=args.max_body_bytes, drain_s=args.drain_seconds),
+                    connections=connections_from_args(args),
                     ratelimit=RateLimitConfig(redis_url=args.redis_url),
                     idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours), host=args.host, port=args.port)
     store = None
@@ -65,9 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(config, lambda: DelayedRunner(delay, n_ctx=args.ctx, n_slots=args.slots,
                                                    eos_slope=args.eos_slope), store=store)
     try:
-        uvicorn.Server(
-            uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-        ).run()
+        serve_app(app, app.state.sluicegate, log_level=args.log_level, plain=args.plain_http)
     finally:
         if store is not None:
             store.close()
