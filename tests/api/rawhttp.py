@@ -95,12 +95,13 @@ class Reader:
 
 
 def exchange(port: int, data: bytes) -> tuple[Reply, bool]:
-    """Send `data` on a new connection; the first response, and whether the server then closed."""
+    """Send `data` on a new connection; the first response, and whether the server then closed the connection
+    (looked for only after a `Connection: close` answer: a kept-alive one stays open)."""
     with connect(port) as s:
         s.sendall(data)
         r = Reader(s)
         reply = r.reply()
-        return reply, r.at_eof()
+        return reply, reply.headers.get("connection") == "close" and r.at_eof()
 
 
 def request(method: str, path: str, *headers: str, body: bytes = b"") -> bytes:

@@ -216,3 +216,41 @@ def test_a_client_that_leaves_mid_body_is_a_disconnect_not_a_500(server: RefServ
         assert " 499 " in lines[0] and "disconnected mid-body" in lines[0] and " INFO " in lines[0]
     log = server.log()
     assert "Traceback" not in log and "internal error" not in log
+
+
+# -- open connections ------------------------------------------------------------------------------------
+
+
+def test_connections_past_the_limit_are_kept_for_health_checks_then_closed(tmp_path: Path) -> None:
+    with running(tmp_path, "--max-connections", "3", "--health-connections", "2", "--keepalive-timeout", "120") as srv:
+        held = []
+        for _ in range(3):  # the limit, each one served (so accepted) and then idle, kept alive
+            s = connect(srv.port)
+            s.sendall(request("GET", "/healthz"))
+            assert Reader(s).reply().status == 200
+            held.append(s)
+        try:
+            refused, closed = exchange(srv.port, request("GET", "/v1/models", "X-Request-Id: over-1"))
+            assert refused.status == 503 and closed
+            assert refused.error["type"] == "overloaded" and refused.error["code"] == "too_many_connections"
+            assert refused.error["request_id"] == "over-1" and int(refused.headers["retry-after"]) >= 1
+            for path in ("/healthz", "/readyz"):
+                reply, closed = exchange(srv.port, request("GET", path))
+                assert reply.status == 200 and closed  # answered, then closed: the headroom is freed again
+            for _ in range(2):  # the headroom, held open with a health check in progress
+                s = connect(srv.port)
+                s.sendall(b"GET /healthz HTTP/1.1\r\n")
+                held.append(s)
+            with connect(srv.port) as s:  # past the limit and the headroom: closed at once, nothing said
+                s.sendall(request("GET", "/healthz"))
+                assert Reader(s).at_eof()
+        finally:
+            for s in held:
+                s.close()
+        deadline = time.monotonic() + 60
+        while True:  # once they are gone, connections are served again
+            reply, _ = exchange(srv.port, request("GET", "/v1/models"))
+            if reply.status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert reply.status == 200
