@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -152,6 +153,8 @@ def test_a_kept_alive_connection_closes_after_its_idle_time(server: RefServer) -
     b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n",
     b"POST /v1/generate HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
     b"POST /v1/generate HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"GET http://secret-host:99999999/ HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"POST /v1/generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nsecret\r\n0\r\n\r\n",
 ])
 def test_malformed_http_gets_400_in_the_envelope(server: RefServer, data: bytes) -> None:
     reply, closed = exchange(server.port, data)
@@ -159,6 +162,7 @@ def test_malformed_http_gets_400_in_the_envelope(server: RefServer, data: bytes)
     assert_envelope(reply.status, reply.error, "malformed_http")
     assert reply.headers["x-request-id"] == reply.error["request_id"]
     assert reply.headers["content-type"] == "application/json"
+    assert b"secret" not in reply.body  # the input is never echoed
 
 
 def test_pipelined_garbage_keeps_the_valid_requests_before_it(server: RefServer) -> None:
@@ -254,3 +258,31 @@ def test_connections_past_the_limit_are_kept_for_health_checks_then_closed(tmp_p
                 break
             time.sleep(0.02)
         assert reply.status == 200
+
+
+def push_header(port: int, total: int) -> int:
+    """Send one header of `total` bytes (it never ends) until the server stops taking it; bytes sent."""
+    sent = 0
+    piece = b"h" * 65536
+    with connect(port) as s:
+        try:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Huge: ")
+            while sent < total:
+                s.sendall(piece)
+                sent += len(piece)
+        except OSError:  # answered 431 and closed under us: what a pusher gets
+            pass
+    return sent
+
+
+def test_eight_connections_pushing_huge_headers_leave_memory_flat(server: RefServer) -> None:
+    before = server.rss_kib()
+    with ThreadPoolExecutor(8) as pool:
+        pushes = [pool.submit(push_header, server.port, 32 << 20) for _ in range(8)]
+        peak = before
+        while not all(p.done() for p in pushes):
+            peak = max(peak, server.rss_kib())
+            time.sleep(0.01)
+        sent = [p.result() for p in pushes]
+    assert all(n < 32 << 20 for n in sent)  # each was cut off long before its 32 MiB
+    assert peak - before < 32 << 10, f"RSS grew by {(peak - before) >> 10} MiB"

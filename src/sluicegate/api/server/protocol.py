@@ -144,16 +144,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _feed(self, chunk: memoryview) -> bool:
         try:
             self.parser.feed_data(chunk)
-        except httptools.HttpParserCallbackError as exc:
-            cause = exc.__context__
-            if not isinstance(cause, Refused):
-                raise
-            self._refuse(cause.error)
-            return False
         except httptools.HttpParserUpgrade:
             return False  # no upgrades are served; the request was handled as plain HTTP
-        except httptools.HttpParserError as exc:
-            reason = str(exc).strip().rstrip(".") or "unparseable"
+        except httptools.HttpParserError as exc:  # a callback's error too (an unparseable URL, as uvicorn has it)
+            cause = exc.__context__
+            if isinstance(cause, Refused):
+                self._refuse(cause.error)
+                return False
+            if isinstance(exc, httptools.HttpParserCallbackError):  # its text may hold the input: never echoed
+                bad_url = isinstance(cause, httptools.HttpParserInvalidURLError)
+                reason = "the URL cannot be parsed" if bad_url else "unparseable"
+            else:  # llhttp's reasons are fixed texts
+                reason = str(exc).strip().rstrip(".") or "unparseable"
             self._refuse(ApiError("malformed_http", f"the request is not valid HTTP/1.1 ({reason})",
                                   code="malformed_http"))
             return False
@@ -206,7 +208,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self._pending is not None and self.cycle.response_complete and not self.pipeline:
+        if (self._pending is not None and self.cycle.response_complete and not self.pipeline
+                and not self.transport.is_closing()):
             (error, request_id), self._pending = self._pending, None
             self._unset_keepalive_if_required()
             self._answer(error, request_id)
