@@ -286,3 +286,25 @@ def test_eight_connections_pushing_huge_headers_leave_memory_flat(server: RefSer
         sent = [p.result() for p in pushes]
     assert all(n < 32 << 20 for n in sent)  # each was cut off long before its 32 MiB
     assert peak - before < 32 << 10, f"RSS grew by {(peak - before) >> 10} MiB"
+
+
+def test_a_client_that_leaves_a_stream_counts_as_an_answer_disconnect(tmp_path: Path) -> None:
+    with running(tmp_path, "--step-delay-ms", "20", "--eos-slope", "0", "--log-level", "info") as srv:
+        def answers() -> float:
+            return parse_metrics(httpx.get(f"{srv.url}/metrics").text).get(
+                'sluicegate_client_disconnects_total{stage="answer"}', 0.0)
+
+        body = b'{"model": "reference", "prompt": "Hi", "max_tokens": 400, "stream": true}'
+        with connect(srv.port) as s:
+            s.sendall(request("POST", "/v1/completions", "Content-Type: application/json", "X-Request-Id: left-1",
+                              body=body))
+            r = Reader(s)
+            while b"data: " not in r.buf:
+                assert r._more()
+        deadline = time.monotonic() + 60
+        while answers() < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert answers() == 1
+        lines = [line for line in srv.log().splitlines() if "left-1" in line]
+        assert len(lines) == 1 and "client left before the answer ended" in lines[0], lines
+        assert "Traceback" not in srv.log()
