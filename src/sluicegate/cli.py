@@ -84,19 +84,31 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def add_connection_args(p: argparse.ArgumentParser) -> None:
     """The ConnectionConfig flags (shared with the reference server)."""
     c = ConnectionConfig()
-    p.add_argument("--max-header-bytes", type=int, default=c.max_header_bytes,
+    p.add_argument("--max-header-bytes", type=positive_int, default=c.max_header_bytes,
                    help="request line plus headers, in bytes; over it: 431")
-    p.add_argument("--max-headers", type=int, default=c.max_headers, help="header fields per request; over it: 431")
+    p.add_argument("--max-headers", type=positive_int, default=c.max_headers,
+                   help="header fields per request; over it: 431")
     p.add_argument("--header-timeout", type=positive_seconds, default=c.header_timeout_s,
                    help="seconds from a request's first byte to the end of its headers; past it: 408 and close")
     p.add_argument("--body-timeout", type=positive_seconds, default=c.body_timeout_s,
                    help="seconds a request body may fall silent; past it: 408 and close")
     p.add_argument("--keepalive-timeout", type=positive_seconds, default=c.keepalive_s,
                    help="seconds a connection may sit with no request in progress (new or kept alive)")
-    p.add_argument("--max-connections", type=int, default=c.max_connections,
+    p.add_argument("--max-connections", type=positive_int, default=c.max_connections,
                    help="open connections served fully (default 4096, fewer if file descriptors are short)")
     p.add_argument("--health-connections", type=int, default=c.health_connections,
                    help="connections past --max-connections accepted for /healthz and /readyz only")

@@ -29,16 +29,24 @@ the answer instead of a reset. An error in a request that follows another one on
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from sluicegate.api.envelope import envelope
 from sluicegate.api.middleware.request_context import CLOSED_BY, new_request_id, request_id_from
+from sluicegate.api.server.refusals import (
+    Refused,
+    header_bytes_over,
+    header_count_over,
+    malformed,
+    response_bytes,
+    timed_out,
+    too_many_connections,
+    unsupported_coding,
+)
 from sluicegate.config import ConnectionConfig
 from sluicegate.serving.errors import ApiError
 
@@ -49,19 +57,6 @@ HEALTH_PATHS = frozenset({b"/healthz", b"/readyz"})
 LINGER_S = 2.0  # after an answer written here, read and drop what the client still sends for this long
 LINGER_BYTES = 1 << 20  # or this much, then close
 _REFUSED_LOG_EVERY_S = 10.0
-
-
-class Refused(Exception):
-    """Raised inside a parser callback: the request is answered with `error` and the connection closed."""
-
-    def __init__(self, error: ApiError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-def header_bytes_over(limit: int) -> ApiError:
-    return ApiError("headers_too_large", f"the request line and headers are over the limit of {limit} bytes",
-                    code="header_bytes")
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -156,8 +151,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 reason = "the URL cannot be parsed" if bad_url else "unparseable"
             else:  # llhttp's reasons are fixed texts
                 reason = str(exc).strip().rstrip(".") or "unparseable"
-            self._refuse(ApiError("malformed_http", f"the request is not valid HTTP/1.1 ({reason})",
-                                  code="malformed_http"))
+            self._refuse(malformed(reason))
             return False
         return True
 
@@ -177,25 +171,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._n_headers += 1
         self._field_bytes += len(name) + len(value) + 4
         if self._n_headers > lim.max_headers:
-            raise Refused(ApiError("headers_too_large", f"the request has more than {lim.max_headers} header fields",
-                                   code="header_count"))
+            raise Refused(header_count_over(lim.max_headers))
         if self._field_bytes > lim.max_header_bytes:
             raise Refused(header_bytes_over(lim.max_header_bytes))
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_100_continue = True
         elif name == b"transfer-encoding" and [c.strip() for c in value.lower().split(b",")] != [b"chunked"]:
-            raise Refused(ApiError(
-                "unsupported_transfer_encoding", "only Transfer-Encoding: chunked is understood; send the body "
-                "with Content-Length or chunked, without other codings", param="Transfer-Encoding",
-                code="transfer_coding"))
+            raise Refused(unsupported_coding())
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         if self._health_only and httptools.parse_url(self.url).path not in HEALTH_PATHS:
-            raise Refused(ApiError(
-                "overloaded", f"the server holds its limit of {self.max_connections} connections; retry shortly",
-                code="too_many_connections", retry_after=1))
+            raise Refused(too_many_connections(self.max_connections))
         self._phase = BODY
         super().on_headers_complete()
         if self._health_only:
@@ -247,9 +235,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if now < due:
             self._timer = self.loop.call_later(due - now, self._on_timer)
             return
-        what = f"the request's headers did not arrive within {wait:g} s" if head else \
-            f"the request body stalled: nothing arrived for {wait:g} s"
-        self._refuse(ApiError("request_timeout", what, code="header_timeout" if head else "body_timeout"))
+        self._refuse(timed_out(head, wait))
 
     # -- answering ---------------------------------------------------------------------------------------
     def _refuse(self, error: ApiError) -> None:
@@ -277,15 +263,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self._answer(error, request_id)
 
     def _answer(self, error: ApiError, request_id: str, *, quiet: bool = False) -> None:
-        body = json.dumps(envelope(error, request_id)).encode()
-        head = [STATUS_LINE[error.status]]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
-        head += [b"content-type: application/json\r\ncontent-length: ", str(len(body)).encode(),
-                 b"\r\nx-request-id: ", request_id.encode(), b"\r\nconnection: close\r\n"]
-        if error.retry_after is not None:
-            head += [b"retry-after: ", str(error.retry_after).encode(), b"\r\n"]
-        self.transport.write(b"".join([*head, b"\r\n", body]))
+        self.transport.write(response_bytes(error, request_id, self.server_state.default_headers))
         if not quiet:  # else the app's access line tells it, once
             log.info("%s %d %s/%s from %s", request_id, error.status, error.type, error.code,
                      self.client[0] if self.client else "?")
