@@ -110,3 +110,24 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
             server.proc.send_signal(signal.SIGINT)
             assert server.proc.wait(timeout=120) == 128 + signal.SIGINT
         assert "second SIGINT: exiting now" in server.log()
+
+
+def test_in_flight_streams_finish_normally_within_the_drain_and_then_the_process_exits(tmp_path: Path) -> None:
+    """A long drain time is an upper bound: the process exits as soon as its last stream has ended."""
+    with running(tmp_path, *SLOW, "--drain-seconds", "600") as server:
+        s = connect(server.port)
+        body = json.dumps({"model": "reference", "prompt": "Hi", "max_tokens": 40, "stream": True}).encode()
+        s.sendall(request("POST", "/v1/completions", "Content-Type: application/json", "X-Request-Id: short-1",
+                          body=body))
+        r = Reader(s)
+        while b"data: " not in r.buf:
+            assert r._more()
+        server.proc.send_signal(signal.SIGTERM)
+        with s:
+            reply = r.reply()
+        events = reply.body.decode().strip().split("\n\n")
+        assert events[-1] == "data: [DONE]"
+        assert not any(e.startswith("event: error") for e in events)
+        assert json.loads(events[-2].split("data: ", 1)[1])["choices"][0]["finish_reason"] == "length"
+        assert server.proc.wait(timeout=120) == 0  # long before the 600 s drain time
+        assert "cut by the shutdown" not in server.log()

@@ -38,6 +38,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from sluicegate.api.middleware.request_context import CLOSED_BY, new_request_id, request_id_from
 from sluicegate.api.server.refusals import (
+    EnvelopeCycle,
     Refused,
     header_bytes_over,
     header_count_over,
@@ -186,6 +187,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             raise Refused(too_many_connections(self.max_connections))
         self._phase = BODY
         super().on_headers_complete()
+        self.cycle.__class__ = EnvelopeCycle  # uvicorn's own 500, as the envelope
         if self._health_only:
             self.cycle.keep_alive = False
 

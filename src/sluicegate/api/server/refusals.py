@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
-from sluicegate.api.envelope import envelope
+from sluicegate.api.envelope import INTERNAL, envelope
+from sluicegate.api.middleware.request_context import request_id_from
 from sluicegate.serving.errors import ApiError
 
 
@@ -66,3 +67,17 @@ def response_bytes(error: ApiError, request_id: str, default_headers: list[tuple
     if error.retry_after is not None:
         head += [b"retry-after: ", str(error.retry_after).encode(), b"\r\n"]
     return b"".join([*head, b"\r\n", body])
+
+
+class EnvelopeCycle(RequestResponseCycle):
+    """uvicorn's request cycle, whose own 500 (an app that ended without answering, or raised before it did)
+    is the envelope too. The protocol sets it as each cycle's class: the rest of the cycle is uvicorn's."""
+
+    async def send_500_response(self) -> None:
+        ctx = self.scope["state"].get("ctx")
+        request_id = ctx.request_id if ctx is not None else request_id_from(list(self.scope["headers"]))
+        body = json.dumps(envelope(ApiError("internal_error", INTERNAL), request_id)).encode()
+        await self.send({"type": "http.response.start", "status": 500, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"x-request-id", request_id.encode()), (b"connection", b"close")]})
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
