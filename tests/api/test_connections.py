@@ -178,6 +178,20 @@ def test_pipelined_garbage_keeps_the_valid_requests_before_it(server: RefServer)
     assert third.status == 400 and third.error["type"] == "malformed_http"
 
 
+def test_a_pipelined_request_with_a_broken_body_is_answered_after_the_one_before_it(server: RefServer) -> None:
+    data = request("GET", "/healthz", "X-Request-Id: pipe-ok") + request(
+        "POST", "/v1/generate", "Content-Type: application/json", "Transfer-Encoding: chunked",
+        "X-Request-Id: pipe-bad") + b"zz\r\nnot a chunk\r\n"
+    with connect(server.port) as s:
+        s.sendall(data)
+        r = Reader(s)
+        first, second = r.reply(), r.reply()
+        assert r.at_eof()
+    assert (first.status, first.headers["x-request-id"]) == (200, "pipe-ok")
+    assert second.status == 400 and second.error["type"] == "malformed_http"
+    assert second.error["request_id"] == "pipe-bad"
+
+
 @pytest.mark.parametrize("coding", ["gzip, chunked", "chunked, chunked", "identity", "deflate"])
 def test_a_transfer_coding_other_than_chunked_gets_501(server: RefServer, coding: str) -> None:
     data = request("POST", "/v1/generate", "Content-Type: application/json", f"Transfer-Encoding: {coding}")

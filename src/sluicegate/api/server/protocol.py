@@ -83,6 +83,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._lingering = False
         self._dropped = 0
         self._health_only = False
+        self._skipped: object = None  # a pipelined request refused before it started
 
     # -- connection --------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -198,8 +199,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if (self._pending is not None and self.cycle.response_complete and not self.pipeline
-                and not self.transport.is_closing()):
+        done = self.cycle.response_complete or self.cycle is self._skipped
+        if self._pending is not None and done and not self.pipeline and not self.transport.is_closing():
             (error, request_id), self._pending = self._pending, None
             self._unset_keepalive_if_required()
             self._answer(error, request_id)
@@ -245,6 +246,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel_timer()
         cycle = self.cycle
         if self._phase == BODY and cycle is not None and not cycle.response_complete:
+            queued = [item for item in self.pipeline if item[0] is cycle]
+            if queued:  # pipelined behind others, never started: it never reaches the app; answered after them
+                self.pipeline.remove(queued[0])
+                self._skipped = cycle
+                self._pending = (error, request_id_from(cycle.scope["headers"]))  # type: ignore[arg-type]
+                self.flow.pause_reading()
+                return
             # This request's own body failed: the app is reading it. Answer for it, and tell it the client left.
             cycle.scope["state"][CLOSED_BY] = error.type
             cycle.disconnected = True
