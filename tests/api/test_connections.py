@@ -315,7 +315,7 @@ def test_a_client_that_leaves_a_stream_counts_as_an_answer_disconnect(tmp_path: 
             return parse_metrics(httpx.get(f"{srv.url}/metrics").text).get(
                 'sluicegate_client_disconnects_total{stage="answer"}', 0.0)
 
-        body = b'{"model": "reference", "prompt": "Hi", "max_tokens": 400, "stream": true}'
+        body = b'{"model": "reference", "prompt": "Hi", "max_tokens": 400, "stream": true, "logit_bias": {"257": -100}}'
         with connect(srv.port) as s:
             s.sendall(request("POST", "/v1/completions", "Content-Type: application/json", "X-Request-Id: left-1",
                               body=body))

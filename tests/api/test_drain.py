@@ -15,16 +15,19 @@ import httpx
 import pytest
 
 from sluicegate.api.routes.metrics import parse_metrics
+from sluicegate.backends.reference import EOS_ID
 from sluicegate.testing.refserver import RefServer, running
 from tests.api.rawhttp import Reader, connect, exchange, request
 
 pytestmark = pytest.mark.timeout(180)
 
 SLOW = ("--step-delay-ms", "20", "--eos-slope", "0", "--log-level", "info")
+NO_EOS = {str(EOS_ID): -100}  # every run goes on to its max_tokens
 
 
 def completion(stream: bool, request_id: str) -> bytes:
-    body = json.dumps({"model": "reference", "prompt": "Hi", "max_tokens": 450, "stream": stream}).encode()
+    body = json.dumps({"model": "reference", "prompt": "Hi", "max_tokens": 450, "stream": stream,
+                       "logit_bias": NO_EOS}).encode()
     return request("POST", "/v1/completions", "Content-Type: application/json", f"X-Request-Id: {request_id}",
                    body=body)
 
@@ -116,7 +119,8 @@ def test_in_flight_streams_finish_normally_within_the_drain_and_then_the_process
     """A long drain time is an upper bound: the process exits as soon as its last stream has ended."""
     with running(tmp_path, *SLOW, "--drain-seconds", "600") as server:
         s = connect(server.port)
-        body = json.dumps({"model": "reference", "prompt": "Hi", "max_tokens": 40, "stream": True}).encode()
+        body = json.dumps({"model": "reference", "prompt": "Hi", "max_tokens": 40, "stream": True,
+                           "logit_bias": NO_EOS}).encode()
         s.sendall(request("POST", "/v1/completions", "Content-Type: application/json", "X-Request-Id: short-1",
                           body=body))
         r = Reader(s)
