@@ -72,6 +72,7 @@ def truncate(url: str) -> None:
     engine = create_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(text("TRUNCATE usage, idempotency_keys, api_keys"))
+            conn.execute(text("TRUNCATE usage, idempotency_keys, api_keys, predictions, webhook_deliveries, "
+                              "webhook_endpoints"))
     finally:
         engine.dispose()

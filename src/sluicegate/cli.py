@@ -17,6 +17,7 @@ from sluicegate.config import (
     ModelConfig,
     RateLimitConfig,
     StoreConfig,
+    WebhookConfig,
 )
 
 
@@ -40,7 +41,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--ctx", type=int, default=2048, help="context window per request, in tokens")
     p.add_argument("--slots", type=int, default=16, help="sequences decoded together")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="most CPU threads for compute (default: the usable cores: affinity and cgroup quota)")
+    p.add_argument("--adaptive-threads", action=argparse.BooleanOptionalAction, default=True,
+                   help="use fewer threads while other processes hold cores (default: on; docs/engine.md)")
     p.add_argument("--flash-attn", action="store_true",
                    help="llama.cpp flash attention: faster decoding, but a request's tokens may then depend on "
                         "what else is batched with it (docs/engine.md)")
@@ -67,6 +71,24 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="bucket capacity for API keys created without --burst (default: one minute of tokens)")
     p.add_argument("--idempotency-ttl-hours", type=positive_hours, default=IdempotencyConfig().ttl_hours,
                    help="how long the answer to a request with an Idempotency-Key is kept and replayed")
+    wh = WebhookConfig()
+    p.add_argument("--webhook-allow-network", action="append", default=[], metavar="CIDR",
+                   help="let webhook URLs reach this private, loopback or link-local address or network "
+                        "(repeatable; default: public addresses only)")
+    p.add_argument("--webhook-max-attempts", type=int, default=wh.max_attempts,
+                   help="attempts per webhook delivery before it is marked failed")
+    p.add_argument("--webhook-backoff-seconds", type=float, default=wh.backoff_base_s,
+                   help="the first webhook retry's delay; each later one doubles (with jitter)")
+    p.add_argument("--webhook-timeout-seconds", type=float, default=wh.timeout_s,
+                   help="one webhook attempt's limit: connect, send and the receiver's answer")
+    p.add_argument("--webhook-backoff-max-seconds", type=float, default=wh.backoff_max_s,
+                   help="no webhook retry waits longer than this")
+    p.add_argument("--webhook-poll-seconds", type=float, default=wh.poll_s,
+                   help="how often each replica looks for due webhook deliveries it was not woken for")
+    p.add_argument("--webhook-max-in-flight", type=int, default=wh.max_in_flight,
+                   help="webhook deliveries sent at once by this process")
+    p.add_argument("--webhook-max-endpoints", type=int, default=wh.max_endpoints_per_key,
+                   help="webhook endpoints one API key may register")
     p.add_argument("--insecure-no-auth", action="store_true",
                    help="serve on a non-loopback address while the store holds no API key (anyone who reaches "
                         "the port may use everything); auth still turns on once a key exists")
@@ -128,6 +150,22 @@ def limits_from_args(args: argparse.Namespace) -> LimitsConfig:
                         drain_s=args.drain_seconds)
 
 
+def webhooks_from_args(args: argparse.Namespace) -> WebhookConfig:
+    """The webhook flags; a bad --webhook-allow-network is refused here, before anything starts."""
+    from sluicegate.webhooks.ssrf import parse_networks
+
+    try:
+        parse_networks(args.webhook_allow_network)
+    except ValueError as exc:
+        raise SystemExit(f"sluicegate: --webhook-allow-network: {exc}") from None
+    return WebhookConfig(
+        allow_networks=tuple(args.webhook_allow_network), max_attempts=args.webhook_max_attempts,
+        backoff_base_s=args.webhook_backoff_seconds, backoff_max_s=args.webhook_backoff_max_seconds,
+        timeout_s=args.webhook_timeout_seconds, poll_s=args.webhook_poll_seconds,
+        max_in_flight=args.webhook_max_in_flight, max_endpoints_per_key=args.webhook_max_endpoints,
+    )
+
+
 def serve(args: argparse.Namespace) -> int:
     from sluicegate.api.app import create_app
     from sluicegate.api.server.run import serve_app
@@ -143,7 +181,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     config = Config(
         model=ModelConfig(path=path, name=name, version=version, n_ctx=args.ctx, n_slots=args.slots,
-                          n_threads=args.threads, flash_attn=args.flash_attn),
+                          n_threads=args.threads, adaptive_threads=args.adaptive_threads,
+                          flash_attn=args.flash_attn),
         limits=limits_from_args(args),
         connections=connections_from_args(args),
         store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),
@@ -151,13 +190,15 @@ def serve(args: argparse.Namespace) -> int:
         ratelimit=RateLimitConfig(redis_url=args.redis_url, fail_open=args.rate_limit_fail_open,
                                   default_tpm=args.default_tpm, default_burst=args.default_burst),
         idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
+        webhooks=webhooks_from_args(args),
         host=args.host, port=args.port,
     )
     m = config.model
 
     def factory() -> LlamaCppRunner:
         return LlamaCppRunner(path, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch, n_threads=m.n_threads,
-                              name=m.name, version=m.version, flash_attn=m.flash_attn)
+                              name=m.name, version=m.version, flash_attn=m.flash_attn,
+                              adaptive_threads=m.adaptive_threads)
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store, refusal = cli_store.serve_store(args)

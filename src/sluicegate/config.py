@@ -16,7 +16,8 @@ class ModelConfig:
     n_ctx: int = 2048  # context window per request, in tokens (capped at the model's trained window)
     n_slots: int = 16  # sequences decoded together (each holds its own KV of n_ctx positions)
     n_batch: int = 512  # most tokens in one forward step
-    n_threads: int | None = None  # CPU threads; None: all cores
+    n_threads: int | None = None  # most CPU threads for compute; None: the usable cores (affinity, cgroup quota)
+    adaptive_threads: bool = True  # fewer threads while other processes hold cores (backends/cpu_threads.py)
     flash_attn: bool = False  # faster, but batched outputs may differ from solo ones (docs/engine.md)
 
 
@@ -85,6 +86,30 @@ class IdempotencyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsConfig:
+    """Batch jobs' limits per API key (docs/batch.md); `GET /v1/models/{id}` reports each of them."""
+
+    max_items_per_job: int = 50_000  # requests in one job (OpenAI's Batch API limit)
+    max_file_bytes: int = 200 << 20  # one uploaded file or JSONL body, streamed to the store (OpenAI's 200 MB)
+    max_concurrent_jobs: int = 8  # a key's jobs queued or running at once
+    max_enqueued_tokens: int = 10_000_000  # a key's estimated tokens (prompt + new) in jobs not yet finished
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """Signed event notifications (docs/webhooks.md)."""
+
+    allow_networks: tuple[str, ...] = ()  # CIDRs a webhook URL may resolve into though private/loopback/link-local
+    max_attempts: int = 8  # deliveries tried this often, then marked failed (the first try included)
+    backoff_base_s: float = 5.0  # the first retry's delay; each later one doubles, with jitter (x0.5 to x1.0)
+    backoff_max_s: float = 3600.0  # no retry waits longer
+    timeout_s: float = 10.0  # one attempt: connect, send and the receiver's answer
+    poll_s: float = 1.0  # how often a replica looks for due deliveries it was not woken for (retries, others')
+    max_in_flight: int = 16  # deliveries sent at once per process
+    max_endpoints_per_key: int = 16  # registered endpoints per API key
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -94,5 +119,7 @@ class Config:
     auth: AuthConfig = field(default_factory=AuthConfig)
     ratelimit: RateLimitConfig = field(default_factory=RateLimitConfig)
     idempotency: IdempotencyConfig = field(default_factory=IdempotencyConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
+    webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     host: str = "127.0.0.1"  # listen address
     port: int = 8000  # listen port

@@ -119,8 +119,9 @@ def test_models(client: TestClient) -> None:
     assert listed["object"] == "list"
     (m,) = listed["data"]
     assert m["id"] == "reference" and m["object"] == "model" and m["owned_by"] == "sluicegate"
-    assert client.get("/v1/models/reference").json() == m
-    assert client.get("/v1/models/reference@seed0").json() == m
+    for model_id in ("reference", "reference@seed0"):  # OpenAI's fields as listed, then the card (predictions.md)
+        card = client.get(f"/v1/models/{model_id}").json()
+        assert {k: card[k] for k in m} == m and card["ref"] == "reference@seed0"
     r = client.get("/v1/models/gpt-4o")
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     assert r.json()["error"]["type"] == "invalid_request_error"

@@ -1,13 +1,17 @@
-"""The real llama.cpp runner and server: control-token parsing on the text routes, and flash attention
-marking the runner batch-variant (fingerprint and start-up warning)."""
+"""The real llama.cpp runner and server: control-token parsing on the text routes, flash attention marking the
+runner batch-variant (fingerprint and start-up warning), and thread-count changes leaving results alone."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
+from sluicegate.backends.base import BatchItem
+from sluicegate.backends.cpu_threads import ThreadGovernor
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 from tests.e2e.conftest import Server, start_server, stop_server
 
@@ -60,3 +64,42 @@ def test_flash_attention_marks_the_real_runner_batch_variant(tmp_path: Path) -> 
     finally:
         stop_server(srv2)
     assert fp != fp2 and "flash attention is on" not in srv2.log()
+
+
+def _greedy(runner: LlamaCppRunner, prompts: list[str], steps: int) -> tuple[list[list[int]], bytes]:
+    """Batched greedy decoding straight on the runner: the tokens, and the last step's logits as bytes."""
+    toks = [runner.tokenize(p) for p in prompts]
+    for slot in range(len(prompts)):
+        runner.clear(slot)
+    logits = runner.execute([BatchItem(slot=s, token_ids=t, start_pos=0) for s, t in enumerate(toks)])
+    pos = [len(t) for t in toks]
+    out: list[list[int]] = [[] for _ in prompts]
+    for _ in range(steps):
+        nxt = [int(np.argmax(row)) for row in logits]
+        for s, tok in enumerate(nxt):
+            out[s].append(tok)
+        logits = runner.execute([BatchItem(slot=s, token_ids=[t], start_pos=pos[s]) for s, t in enumerate(nxt)])
+        pos = [p + 1 for p in pos]
+    return out, logits.tobytes()
+
+
+def test_changing_the_thread_count_between_steps_changes_no_result() -> None:
+    """The thread governor (backends/cpu_threads.py) may move between 1 and 2 threads at any step: the tokens
+    and the logits must be exactly those of a run on a fixed thread count."""
+    prompts = ["The history of the lighthouse", "Once upon a time in a quiet village", "List three primes:"]
+    fixed = LlamaCppRunner(default_model_path(), n_ctx=128, n_slots=3, n_threads=2, adaptive_threads=False)
+    try:
+        want = _greedy(fixed, prompts, 24)
+    finally:
+        fixed.close()
+    flips = itertools.cycle([1, 0])
+    moving = LlamaCppRunner(default_model_path(), n_ctx=128, n_slots=3, n_threads=2)
+    # a run queue that alternates between one busy neighbour and none, sampled every step, unsmoothed
+    moving._governor = ThreadGovernor(2, cores=2, interval_s=0.0, weight=1.0, sample=lambda: next(flips))
+    try:
+        got = _greedy(moving, prompts, 24)
+        assert moving._governor.changes >= 20  # it really did switch, step after step
+    finally:
+        moving.close()
+    assert got[0] == want[0]
+    assert got[1] == want[1]

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from sluicegate import cli
-from sluicegate.config import IdempotencyConfig, LimitsConfig
+from sluicegate.config import IdempotencyConfig, LimitsConfig, WebhookConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -36,3 +36,16 @@ def test_the_idempotency_ttl_flag() -> None:
     for bad in ("0", "-1", "inf", "nan", "soon"):
         with pytest.raises(SystemExit):
             parse("--idempotency-ttl-hours", bad)
+
+
+def test_every_webhook_setting_has_a_flag() -> None:
+    assert cli.webhooks_from_args(parse()) == WebhookConfig()
+    args = parse("--webhook-allow-network", "127.0.0.1", "--webhook-allow-network", "10.0.0.0/8",
+                 "--webhook-max-attempts", "3", "--webhook-backoff-seconds", "0.5", "--webhook-backoff-max-seconds",
+                 "9", "--webhook-timeout-seconds", "2", "--webhook-poll-seconds", "0.1", "--webhook-max-in-flight",
+                 "4", "--webhook-max-endpoints", "5")
+    assert cli.webhooks_from_args(args) == WebhookConfig(
+        allow_networks=("127.0.0.1", "10.0.0.0/8"), max_attempts=3, backoff_base_s=0.5, backoff_max_s=9.0,
+        timeout_s=2.0, poll_s=0.1, max_in_flight=4, max_endpoints_per_key=5)
+    with pytest.raises(SystemExit, match="not an address"):
+        cli.webhooks_from_args(parse("--webhook-allow-network", "10.0.0.0/99"))

@@ -18,15 +18,18 @@ from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
-from sluicegate.api.routes import generate, health, metrics, openai, usage
+from sluicegate.api.routes import generate, health, metrics, openai, predictions, usage, webhooks
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.config import Config
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_completions import CompletionRequest
+from sluicegate.protocol.predictions import PredictionRequest
+from sluicegate.protocol.webhooks import WebhookEndpointCreate
 from sluicegate.store.db import Store
 
-REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest]
+REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest,
+                                         PredictionRequest, WebhookEndpointCreate]
 
 
 def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None) -> FastAPI:
@@ -53,6 +56,8 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(generate.router)
     app.include_router(openai.router)
     app.include_router(usage.router)
+    app.include_router(predictions.router)
+    app.include_router(webhooks.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes)
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
     app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused

@@ -24,6 +24,7 @@ from sluicegate.tenancy.idempotency import IdempotencyStore, maintain
 from sluicegate.tenancy.key_cache import KeyCache
 from sluicegate.tenancy.ratelimit import RateLimiter, build_rate_limiter
 from sluicegate.tenancy.usage import UsageLedger
+from sluicegate.webhooks import Webhooks
 
 log = logging.getLogger("sluicegate")
 
@@ -39,6 +40,7 @@ class AppState:
     limiter: RateLimiter = field(init=False)  # token buckets per key: in-process, or Redis (--redis-url)
     ledger: UsageLedger = field(init=False)
     idempotency: IdempotencyStore = field(init=False)  # Idempotency-Key claims and stored answers
+    webhooks: Webhooks = field(init=False)  # endpoints, `emit` for the job system, the delivery dispatcher
     _maintenance: asyncio.Task[None] | None = None  # renews this process's claims, prunes expired keys
     model: ServedModel | None = None
     engine: Engine | None = None
@@ -60,6 +62,7 @@ class AppState:
         self.limiter = build_rate_limiter(self.config.ratelimit)  # opens no connection until first used
         idem = self.config.idempotency
         self.idempotency = IdempotencyStore(self.store, ttl_s=idem.ttl_hours * 3600, lease_s=idem.lease_s)
+        self.webhooks = Webhooks(self.store, self.config.webhooks)
 
     def _key_cache(self) -> KeyCache:
         a = self.config.auth
@@ -68,13 +71,15 @@ class AppState:
 
     def open_tenancy(self) -> None:
         """At start-up, on the serving event loop: a fresh key cache (its locks belong to one loop), the
-        ledger's writer thread, the idempotency keys' upkeep."""
+        ledger's writer thread, the idempotency keys' upkeep, the webhook dispatcher."""
         self.keys = self._key_cache()
         self.ledger.start()
         self._maintenance = asyncio.create_task(
             maintain(self.idempotency, prune_every_s=self.config.idempotency.prune_every_s))
+        self.webhooks.start()
 
     async def close_tenancy(self) -> None:
+        await self.webhooks.close()
         if self._maintenance is not None:
             self._maintenance.cancel()
             self._maintenance = None

@@ -24,6 +24,7 @@ import llama_cpp as L
 import numpy as np
 
 from sluicegate.backends.base import BatchItem, Logits, ModelIdentity, RunnerLimits
+from sluicegate.backends.cpu_threads import ThreadGovernor, usable_cores
 from sluicegate.backends.identity import file_digest, slug
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -59,7 +60,7 @@ class LlamaCppRunner:
 
     def __init__(
         self, path: Path, *, n_ctx: int = 2048, n_slots: int = 16, n_batch: int = 512, n_threads: int | None = None,
-        name: str | None = None, version: str | None = None, flash_attn: bool = False,
+        name: str | None = None, version: str | None = None, flash_attn: bool = False, adaptive_threads: bool = True,
     ) -> None:
         _init_backend()
         self._path = path
@@ -82,7 +83,10 @@ class LlamaCppRunner:
         cparams.flash_attn_type = (
             L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
-        threads = n_threads or max(1, os.cpu_count() or 1)
+        threads = n_threads or usable_cores()
+        # Fewer threads while other processes hold cores (backends/cpu_threads.py); results do not change.
+        self._governor = ThreadGovernor(threads) if adaptive_threads and threads > 1 else None
+        self._threads = threads
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
@@ -170,6 +174,9 @@ class LlamaCppRunner:
         """
         if sum(len(item.token_ids) for item in batch) > self._limits.n_batch:
             raise ValueError(f"a step carries at most {self._limits.n_batch} tokens")
+        if self._governor is not None and (n := self._governor.pick()) != self._threads:
+            L.llama_set_n_threads(self._ctx, n, n)
+            self._threads = n
         out = np.empty((sum(item.want_logits for item in batch), self._n_vocab), dtype=np.float32)
         out_row = {k: i for i, k in enumerate(k for k, item in enumerate(batch) if item.want_logits)}
         by_slot = sorted(range(len(batch)), key=lambda k: batch[k].slot)

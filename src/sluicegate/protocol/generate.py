@@ -12,16 +12,16 @@ from sluicegate.protocol.common import ModelInfo, ResponseModel, StageTiming, St
 MAX_SEED = 2**63 - 1
 
 
-class GenerateRequest(StrictModel):
-    prompt: str = Field(min_length=1, description="text to continue; control-token text is plain text unless "
-                        "parse_special is true")
+class GenerateOptions(StrictModel):
+    """The native sampling options: `/v1/generate`'s fields besides the prompt and the model, and a
+    prediction's `options` (protocol/predictions.py), so both surfaces validate them alike."""
+
     max_new_tokens: int = Field(16, ge=1, le=1 << 17, description="at most this many new tokens")
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="0 is greedy")
     top_k: int = Field(0, ge=0, le=1 << 20, description="0 is off")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="same seed, same tokens, in any process")
     stop: StopList | None = Field(None, description="up to 4 strings that end the generation (not returned)")
-    model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")
     parse_special: bool = Field(False, description="read control-token text in the prompt (`<|im_start|>`) as "
                                 "the model's control tokens")
 
@@ -43,6 +43,12 @@ class GenerateRequest(StrictModel):
         elif n_vocab is not None and self.top_k >= n_vocab:
             out.append(f"top_k has no effect: it is at least the vocabulary size ({n_vocab})")
         return out
+
+
+class GenerateRequest(GenerateOptions):
+    prompt: str = Field(min_length=1, description="text to continue; control-token text is plain text unless "
+                        "parse_special is true")
+    model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")
 
 
 class GenerateResponse(ResponseModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -19,3 +19,35 @@ class OpenAIModel(ResponseModel):
 class ModelList(ResponseModel):
     object: Literal["list"] = "list"
     data: list[OpenAIModel]
+
+
+class ModelLimits(ResponseModel):
+    """Every limit a request or a job of this model must fit, with its number (docs/predictions.md)."""
+
+    max_body_bytes: int = Field(description="a JSON request body, in bytes")
+    max_prompt_tokens: int = Field(description="prompt tokens one request may send")
+    max_new_tokens: int = Field(description="new tokens one request may ask for")
+    max_batch_items: int = Field(description="requests in one batch job")
+    max_file_bytes: int = Field(description="one uploaded batch file (or batch-predictions JSONL body), in bytes")
+    max_concurrent_jobs: int = Field(description="batch jobs one API key may have queued or running")
+    max_enqueued_tokens: int = Field(description="estimated tokens one API key may have in unfinished jobs")
+
+
+class ModelSchemas(ResponseModel):
+    input: dict[str, Any] = Field(description="JSON schema of a prediction's `input`")
+    options: dict[str, Any] = Field(description="JSON schema of a prediction's `options` (/v1/generate's)")
+
+
+class ModelDetails(OpenAIModel):
+    """`GET /v1/models/{id}`: OpenAI's four fields, then what this server knows (clients ignore the rest)."""
+
+    name: str
+    version: str
+    ref: str = Field(description="`name@version`")
+    digest: str = Field(description="sha256 of the weights file, as `sha256:<hex>`")
+    versions: list[str] = Field(description="the versions this server serves of this model")
+    aliases: list[str] = Field(description="every id that names this model here")
+    context_window: int = Field(description="positions per request: prompt plus new tokens")
+    limits: ModelLimits
+    schemas: ModelSchemas
+    defaults: dict[str, Any] = Field(description="what a prediction gets when it leaves a field out")

@@ -41,6 +41,11 @@ class ServedModel:
         ident = self.identity
         if requested is None or requested in (ident.name, ident.ref):
             return ident
+        if requested.startswith(ident.name + "@"):  # a pinned version this server does not have
+            raise ApiError(
+                "model_not_found", f"no such version of {ident.name}; available versions: {ident.version}",
+                param=param, code="model_version_not_found",
+            )
         raise ApiError(
             "model_not_found", f"no such model; this server serves {ident.ref}", param=param,
             code="model_not_found",

@@ -260,7 +260,7 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
         n_bytes += check_text(_text(msg.content), f"messages[{i}].content")
     model.token_budget.check_prompt_bytes(n_bytes, param="messages")  # the contents alone are this many tokens
     messages = template_messages(req, template.uses_tools)
-    prompt = await _render(model, template, messages, _tool_list(req) if template.uses_tools else None)
+    prompt = await render(model, template, messages, _tool_list(req) if template.uses_tools else None)
     t = ctx.stage("tokenize", t)
     n_prompt = len(prompt.token_ids)
     requested = req.max_new_tokens
@@ -296,15 +296,20 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
     return ChatPlan(req, prompt.text, runs, tool, ident.ref, fingerprint(model))
 
 
-async def _render(
+async def render(
     model: ServedModel,
     template: ChatTemplate,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
+    *,
+    param: str = "messages",
 ) -> ChatPrompt:
+    """The template's prompt for these messages, tokenised (client text never parsed for control tokens);
+    its refusal is a 422 naming `param`. Predictions render their `input.messages` here too."""
+
     def work() -> ChatPrompt:
         plain, pieces = template.segments(messages, tools=tools)
-        check_text(plain, "messages")
+        check_text(plain, param)
         return tokenize_prompt(model.runner, plain, pieces)
 
     try:
@@ -315,7 +320,7 @@ async def _render(
         raise ApiError(
             "invalid_request",
             f"the model's chat template refused these messages: {exc}",
-            param="messages",
+            param=param,
             code="template_error",
         ) from None
 

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -123,3 +124,66 @@ class IdempotencyRecord(Base):
     status: Mapped[int | None] = mapped_column(Integer)  # the stored answer's HTTP status; None: still running
     headers: Mapped[str | None] = mapped_column(Text)  # the stored answer's headers that matter, as JSON
     body: Mapped[bytes | None] = mapped_column(LargeBinary)  # the stored body (a stream: its SSE events)
+
+
+class PredictionRecord(Base):
+    """One stored prediction (`/v1/predictions`): the record as answered, retrievable by the key that made it."""
+
+    __tablename__ = "predictions"
+    __table_args__ = (Index("ix_predictions_key_id_created_at", "key_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # `pred_...`
+    key_id: Mapped[str] = mapped_column(String(32))  # the API key's id; "" while auth is off
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())  # list order (newest first), then id
+    model: Mapped[str] = mapped_column(String(300))  # `name@version` that answered
+    body: Mapped[str] = mapped_column(Text)  # the prediction record as JSON, exactly as first answered
+
+
+class WebhookEndpoint(Base):
+    """A URL one API key registered for event notifications (webhooks/, docs/webhooks.md).
+
+    The signing secret is stored as issued: the server needs it to sign every delivery (Standard Webhooks
+    signs with a shared secret), so it cannot be hashed the way API keys are. The API shows it once.
+    """
+
+    __tablename__ = "webhook_endpoints"
+    __table_args__ = (Index("ix_webhook_endpoints_key_id", "key_id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # `we_...`
+    key_id: Mapped[str] = mapped_column(String(32))  # the API key's id; "" while auth is off
+    url: Mapped[str] = mapped_column(String(2048))
+    event_types: Mapped[str] = mapped_column(String(500))  # space-separated, sorted
+    secret: Mapped[str] = mapped_column(String(100))  # `whsec_` + base64 of 32 random bytes
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    disabled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())  # set when the receiver answered 410
+    disabled_reason: Mapped[str | None] = mapped_column(String(200))
+    deleted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())  # deleted: kept for the delivery log
+
+
+class WebhookDelivery(Base):
+    """One event for one endpoint: the body signed and sent until it is accepted, refused for good, or out of
+    attempts. `event_id` is the `webhook-id` header, the same on every retry (receivers deduplicate by it)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_status_next_attempt_at", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_key_id_subject", "key_id", "subject"),
+        Index("ix_webhook_deliveries_endpoint_id_created_at", "endpoint_id", "created_at"),
+        UniqueConstraint("endpoint_id", "event_id"),  # an event emitted twice (a job system retrying) is sent once
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    event_id: Mapped[str] = mapped_column(String(64))  # `evt_...`: unique per endpoint
+    endpoint_id: Mapped[str] = mapped_column(String(32), ForeignKey("webhook_endpoints.id"))
+    key_id: Mapped[str] = mapped_column(String(32))
+    event_type: Mapped[str] = mapped_column(String(64))  # `batch.completed`, ...
+    subject: Mapped[str | None] = mapped_column(String(64))  # what the event is about (a job's id): the log's key
+    body: Mapped[str] = mapped_column(Text)  # the exact JSON bytes signed and sent
+    status: Mapped[str] = mapped_column(String(16))  # pending | delivered | failed
+    attempts: Mapped[int] = mapped_column(Integer)
+    next_attempt_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())  # due time; a sender's lease while sending
+    last_status_code: Mapped[int | None] = mapped_column(Integer)  # the receiver's last HTTP status
+    last_error: Mapped[str | None] = mapped_column(String(200))  # why the last attempt failed (no response body)
+    log: Mapped[str] = mapped_column(Text)  # every attempt as JSON: [{at, status_code, error, duration_ms}]
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    delivered_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())

@@ -43,7 +43,7 @@ class Rule:
     path: str  # the route, or the root of a family of routes (`/v1/files` covers `/v1/files/{id}/content`)
     scope: KeyScope | None  # None: any valid key
     open: bool = False  # no key needed, ever
-    metered: bool = False  # one usage-ledger row per request
+    metered: bool = False  # one usage-ledger row per POST (the work-creating method)
 
 
 ROUTE_RULES: tuple[Rule, ...] = (
@@ -56,6 +56,8 @@ ROUTE_RULES: tuple[Rule, ...] = (
     Rule("/v1/batches", KeyScope.BATCH),
     Rule("/v1/batch-predictions", KeyScope.BATCH),
     Rule("/v1/files", KeyScope.BATCH),
+    Rule("/v1/webhook-endpoints", KeyScope.BATCH),  # webhooks announce batch events
+    Rule("/v1/webhook-deliveries", KeyScope.BATCH),
     Rule("/metrics", KeyScope.METRICS),
     Rule("/v1/models", None),
     Rule("/v1/usage", None),
@@ -167,7 +169,7 @@ class AuthMiddleware:
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
             return
-        if not rule.metered:
+        if not rule.metered or scope.get("method") != "POST":  # reading a stored result costs no tokens
             await self.app(scope, receive, send)
             return
         status = 0

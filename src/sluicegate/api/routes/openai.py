@@ -29,10 +29,11 @@ from sluicegate.protocol.common import ErrorEnvelope
 from sluicegate.protocol.openai_chat import ChatCompletion, ChatCompletionRequest
 from sluicegate.protocol.openai_common import Refusal, clean_loc
 from sluicegate.protocol.openai_completions import Completion, CompletionRequest
-from sluicegate.protocol.openai_models import ModelList, OpenAIModel
+from sluicegate.protocol.openai_models import ModelDetails, ModelList, OpenAIModel
 from sluicegate.serving import openai_chat as chat
 from sluicegate.serving import openai_completions as completions
 from sluicegate.serving.errors import ApiError
+from sluicegate.serving.model_card import describe
 
 router = APIRouter(tags=["openai"])
 M = TypeVar("M", bound=BaseModel)
@@ -202,13 +203,14 @@ async def list_models(request: Request) -> Response:
 
 @router.get(
     "/v1/models/{model_id}",
-    response_model=OpenAIModel,
-    summary="One model, OpenAI-shaped",
+    response_model=ModelDetails,
+    summary="One model: OpenAI's fields, then versions, digest, window, every limit, schemas, defaults",
     responses=_errors(),
 )
 async def get_model(request: Request, model_id: str) -> Response:
     ctx = context_of(request.scope)
     try:
-        return json_reply(_model_object(request, model_id), ctx)
+        state = app_state(request)
+        return json_reply(describe(state.served(), state.config, model_id), ctx)
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)

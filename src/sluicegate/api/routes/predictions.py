@@ -1,0 +1,145 @@
+"""`POST /v1/predictions`, `GET /v1/predictions/{id}`, `GET /v1/predictions`: stored predictions per key.
+
+Thin: the serving adapter (serving/predictions.py) makes the prediction; this stores it (store/predictions.py)
+before answering, so an id a client was given can always be fetched. Another key's prediction is 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import re
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
+from sluicegate.api.envelope import error_response
+from sluicegate.api.idempotency import begin, idempotency_key
+from sluicegate.api.metering import from_runs
+from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.routes.common import error_responses, idempotency_doc, json_reply, read_request
+from sluicegate.api.state import app_state
+from sluicegate.api.validation import plain_name
+from sluicegate.protocol.predictions import Prediction, PredictionList, PredictionRequest
+from sluicegate.serving import predictions as serving
+from sluicegate.serving.context import RequestContext
+from sluicegate.serving.errors import ApiError
+from sluicegate.store import predictions as stored
+
+router = APIRouter(tags=["predictions"])
+log = logging.getLogger("sluicegate.predictions")
+
+ERRORS = ("invalid_json", "unsupported_media_type", "body_too_large", "invalid_request", "model_not_found",
+          "idempotency_key_in_use", "overloaded", "store_unavailable", "internal_error")
+_ID = re.compile(r"pred_[0-9a-f]{24}")
+
+
+def _owner(ctx: RequestContext) -> str:
+    return ctx.key_id or ""  # auth off: one shared owner
+
+
+async def _save(request: Request, ctx: RequestContext, record: Prediction) -> None:
+    store = app_state(request).store
+    try:
+        await asyncio.to_thread(stored.save, store, id=record.id, key_id=_owner(ctx),
+                                created_at=dt.datetime.now(dt.UTC), model=record.model.ref,
+                                body=record.model_dump_json())
+    except Exception:
+        log.exception("%s the prediction could not be stored", ctx.request_id)
+        raise ApiError("store_unavailable", "the prediction was made but could not be stored; retry",
+                       retry_after=1) from None
+
+
+@router.post(
+    "/v1/predictions", response_model=Prediction, summary="Make a prediction and store it",
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/PredictionRequest"}}}}, **idempotency_doc()},
+    responses=error_responses(*ERRORS),
+)
+async def create_prediction(request: Request) -> Response:
+    key = idempotency_key(request)
+    req, ctx, model = await read_request(request, PredictionRequest)
+    serving.check(req)
+
+    async def start() -> serving.PredictionPlan:
+        plan = await serving.start(model, req, ctx)
+        ctx.meter = lambda: from_runs(plan.runs)  # read when the response has ended: a client that left included
+        return plan
+
+    async def finish(plan: serving.PredictionPlan) -> Response:
+        try:
+            record = await serving.complete(model, plan, ctx)
+        finally:
+            plan.runs.close()
+        await _save(request, ctx, record)
+        return json_reply(record, ctx)
+
+    if key is not None:  # the work outlives its client; its answer is stored and replayed (api/idempotency.py)
+        held = await begin(request, key, req)
+        if isinstance(held, Response):
+            return held
+        return await held.answer(request.receive, finish(await held.start(start)), error_response)
+    plan = await start()
+    try:
+        return await unless_disconnected(request.receive, finish(plan))
+    except ClientDisconnected:
+        return Response(status_code=499)
+    finally:
+        plan.runs.close()
+
+
+@router.get(
+    "/v1/predictions/{prediction_id}", response_model=Prediction, summary="A stored prediction",
+    description="Only the key that made it sees it; any other gets 404.",
+    responses=error_responses("not_found", "store_unavailable"),
+)
+async def get_prediction(request: Request, prediction_id: str) -> Response:
+    ctx = context_of(request.scope)
+    body = None
+    if _ID.fullmatch(prediction_id):
+        try:
+            body = await asyncio.to_thread(stored.get, app_state(request).store, _owner(ctx), prediction_id)
+        except Exception:
+            log.exception("%s predictions cannot be read", ctx.request_id)
+            raise ApiError("store_unavailable", "predictions cannot be read right now", retry_after=1) from None
+    if body is None:
+        raise ApiError("not_found", "no such prediction for this API key", param="prediction_id",
+                       code="prediction_not_found")
+    return Response(body, media_type="application/json")
+
+
+@router.get(
+    "/v1/predictions", response_model=PredictionList, summary="This key's predictions, newest first",
+    description="Cursor pagination as OpenAI's lists: `limit` (1-100, default 20) and `after` (the `last_id` "
+                "of the previous page).",
+    responses=error_responses("invalid_request", "store_unavailable"),
+)
+async def list_predictions(
+    request: Request,
+    limit: int = Query(20, ge=1, le=100),
+    after: str | None = Query(None, max_length=64),
+) -> Response:
+    ctx = context_of(request.scope)
+    for name in request.query_params:
+        if name not in ("limit", "after"):
+            raise ApiError("invalid_request", "the query parameters here are limit and after",
+                           param=plain_name(name) or None, code="unknown_field")
+    if after is not None and not _ID.fullmatch(after):
+        raise ApiError("invalid_request", "after must be a prediction id (pred_...)", param="after",
+                       code="invalid_cursor")
+    try:
+        page = await asyncio.to_thread(stored.page, app_state(request).store, _owner(ctx), limit=limit,
+                                       after=after)
+    except stored.UnknownCursor:
+        raise ApiError("invalid_request", "after names no prediction of this API key", param="after",
+                       code="invalid_cursor") from None
+    except Exception:
+        log.exception("%s predictions cannot be read", ctx.request_id)
+        raise ApiError("store_unavailable", "predictions cannot be read right now", retry_after=1) from None
+    return JSONResponse({
+        "object": "list", "data": [json.loads(b) for b in page.bodies], "has_more": page.has_more,
+        "first_id": page.ids[0] if page.ids else None, "last_id": page.ids[-1] if page.ids else None,
+    })

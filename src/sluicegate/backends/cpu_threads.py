@@ -1,0 +1,119 @@
+"""How many CPU threads llama.cpp's compute should use, step by step, when other processes want the cores too.
+
+llama.cpp's CPU backend (GNU OpenMP in llama-cpp-python 0.3.x) splits every operation of a forward pass over
+its threads and waits at a barrier after each one, hundreds of times per step. When another runnable process
+takes one of those threads' core, the others spin at the next barrier until the scheduler gives the lost thread
+a slice again: a step that takes 10 ms alone takes a second (docs/benchmarks.md, "CPU contention"). One thread
+has no barrier to wait at; it loses only the share of a core the neighbour takes.
+
+So the runner asks a `ThreadGovernor` before each step. It reads, a few times a second, how many tasks the
+kernel has runnable (`procs_running` in /proc/stat) and subtracts this process's own running threads: what is
+left is the neighbours. The thread count is the usable cores minus the busy neighbours (at least one, at most
+the configured maximum), smoothed so a short burst (a shell command, the benchmark's own client) does not make
+it flap. llama.cpp's thread count does not change any result: each output element is computed by one thread
+whatever the split (tested token for token in tests/e2e/test_runner_e2e.py).
+
+Hand-written because no library exposes it: the kernel's run queue is the only direct signal, and llama.cpp's
+threadpool API (which could pause threads itself) is not bound by llama-cpp-python.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota (containers)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    if quota is not None:
+        n = min(n, max(1, math.ceil(quota)))
+    return max(1, n)
+
+
+def _cgroup_quota() -> float | None:
+    """CPUs allowed by the cgroup (v2 `cpu.max`, else v1 `cpu.cfs_quota_us`); None when unlimited."""
+    try:
+        quota, _, period = Path("/sys/fs/cgroup/cpu.max").read_text().partition(" ")
+        if quota.strip() != "max":
+            return int(quota) / int(period)
+        return None
+    except (OSError, ValueError):
+        pass
+    try:
+        q = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        p = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return q / p if q > 0 and p > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def runnable_neighbours() -> int | None:
+    """Tasks the kernel has runnable, minus this process's own running threads; None where unknown."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            running = next(int(line.split()[1]) for line in f if line.startswith(b"procs_running"))
+        ours = 0
+        for task in os.scandir("/proc/self/task"):
+            try:
+                with open(f"{task.path}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue  # the thread ended between the listing and the read
+            if stat[stat.rfind(b")") + 2:][:1] == b"R":
+                ours += 1
+        return max(0, running - ours)
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+class ThreadGovernor:
+    """Picks the compute thread count for the next step (see the module docstring).
+
+    `busy` is an exponentially weighted count of runnable neighbours, sampled at most every `interval_s`.
+    One thread is given up as soon as the average says a neighbour holds a core (>= `down_at` of one); it is
+    taken back only once the average has fallen below `up_at`, so the count changes at most a few times a
+    second and not on every passing burst.
+    """
+
+    def __init__(
+        self, max_threads: int, *, cores: int | None = None, interval_s: float = 0.1, weight: float = 0.3,
+        down_at: float = 0.5, up_at: float = 0.2, sample: Callable[[], int | None] = runnable_neighbours,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_threads = max(1, max_threads)
+        self.cores = cores if cores is not None else usable_cores()
+        self.interval_s, self.weight, self.down_at, self.up_at = interval_s, weight, down_at, up_at
+        self._sample, self._clock = sample, clock
+        self._next = 0.0
+        self.busy = 0.0  # smoothed runnable neighbours
+        self.threads = self.max_threads
+        self.changes = 0  # how often the count changed (metrics, tests)
+
+    def pick(self) -> int:
+        """The thread count for the step about to run."""
+        now = self._clock()
+        if now < self._next:
+            return self.threads
+        self._next = now + self.interval_s
+        seen = self._sample()
+        if seen is None:
+            return self.threads
+        self.busy += self.weight * (seen - self.busy)
+        # Neighbours that hold a core each, rounded with hysteresis: a fractional average between up_at and
+        # down_at keeps the previous decision.
+        held = math.floor(self.busy) + (1 if self.busy - math.floor(self.busy) >= self.down_at else 0)
+        free = max(1, min(self.max_threads, self.cores - held))
+        if free > self.threads and self.busy - (self.cores - free) >= self.up_at:
+            free = self.threads  # not idle enough yet to take a thread back
+        if free != self.threads:
+            self.threads = free
+            self.changes += 1
+        return self.threads

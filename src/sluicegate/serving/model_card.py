@@ -1,0 +1,35 @@
+"""What `GET /v1/models/{id}` says of the served model beyond OpenAI's fields: identity, every limit with
+its number, the schemas and defaults of a prediction."""
+
+from __future__ import annotations
+
+import time
+
+from sluicegate.config import Config
+from sluicegate.protocol.generate import GenerateOptions
+from sluicegate.protocol.openai_models import ModelDetails, ModelLimits, ModelSchemas
+from sluicegate.protocol.predictions import input_schema, options_schema
+from sluicegate.serving.models import ServedModel
+
+STARTED = int(time.time())
+
+
+def describe(model: ServedModel, config: Config, requested: str | None) -> ModelDetails:
+    """The card of the model `requested` names (model_not_found otherwise)."""
+    ident = model.resolve(requested)
+    budget, jobs = model.token_budget, config.jobs
+    n_ctx = model.limits.n_ctx
+    return ModelDetails(
+        id=ident.name, created=STARTED, name=ident.name, version=ident.version, ref=ident.ref, digest=ident.digest,
+        versions=[ident.version], aliases=[ident.name, ident.ref], context_window=n_ctx,
+        limits=ModelLimits(
+            max_body_bytes=config.limits.max_body_bytes,
+            max_prompt_tokens=budget.prompt_limit,
+            max_new_tokens=min(n_ctx - 1, budget.max_new_tokens or n_ctx - 1),
+            max_batch_items=jobs.max_items_per_job, max_file_bytes=jobs.max_file_bytes,
+            max_concurrent_jobs=jobs.max_concurrent_jobs, max_enqueued_tokens=jobs.max_enqueued_tokens,
+        ),
+        schemas=ModelSchemas(input=input_schema(), options=options_schema()),
+        defaults={"model": ident.ref, "options": GenerateOptions.model_validate({}).model_dump(mode="json"),
+                  "metadata": {}},
+    )

@@ -1,0 +1,163 @@
+"""Webhooks: `emit` persists an event's deliveries; a background dispatcher signs and sends them.
+
+    await app_state.webhooks.emit(key_id, "batch.completed", {"id": job_id, ...}, subject=job_id,
+                                  event_id=f"evt_{job_id}_completed")
+
+`emit` returns once the deliveries are in the store (so a crash after it loses nothing); the dispatcher of
+any replica sends them. Passing a stable `event_id` makes a repeated emit (a job system resuming after a
+crash) a no-op for endpoints that already have the event. The body is OpenAI's event shape:
+`{"id", "object": "event", "type", "created_at", "data"}`, signed per Standard Webhooks (webhook-id,
+webhook-timestamp, webhook-signature = `v1,` + base64 HMAC-SHA256 of `id.timestamp.body`).
+
+Outcomes: a 2xx is delivered; a 410 disables the endpoint (and fails what it still had queued); anything else
+(another status, a 3xx: redirects are not followed, a timeout, a refused address) is retried with exponential
+backoff and jitter until `max_attempts`, then marked failed. Every attempt is in the delivery's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import random
+import secrets
+import time
+from typing import Any
+
+import httpx
+from standardwebhooks import Webhook
+
+from sluicegate import __version__
+from sluicegate.config import WebhookConfig
+from sluicegate.store.db import Store
+from sluicegate.webhooks import store as db
+from sluicegate.webhooks.ssrf import Guard, Resolver, UnsafeUrl, system_resolve
+
+log = logging.getLogger("sluicegate.webhooks")
+
+EVENT_TYPES = ("batch.completed", "batch.failed", "batch.cancelled", "batch.expired")  # OpenAI's names
+
+
+def backoff_s(attempts: int, cfg: WebhookConfig) -> float:
+    """The wait after the `attempts`-th failure: base * 2^(attempts-1), capped, times a jitter in [0.5, 1)."""
+    return float(min(cfg.backoff_base_s * 2 ** (attempts - 1), cfg.backoff_max_s) * random.uniform(0.5, 1.0))
+
+
+def sign(secret: str, event_id: str, timestamp: dt.datetime, body: str) -> dict[str, str]:
+    """The Standard Webhooks headers for one attempt."""
+    return {
+        "webhook-id": event_id,
+        "webhook-timestamp": str(int(timestamp.timestamp())),
+        "webhook-signature": Webhook(secret).sign(event_id, timestamp, body),
+    }
+
+
+class Webhooks:
+    def __init__(self, store: Store, config: WebhookConfig, *, resolve: Resolver = system_resolve,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.guard = Guard(config.allow_networks, resolve)
+        self._transport = transport
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- the job system's side -------------------------------------------------------------------------------
+
+    def enqueue(self, key_id: str | None, event_type: str, data: dict[str, Any], *, subject: str | None = None,
+                event_id: str | None = None) -> int:
+        """Persist the event's deliveries (blocking: call from a thread, or use `emit`); how many were queued."""
+        if event_type not in EVENT_TYPES:
+            raise ValueError(f"unknown webhook event type {event_type!r}")
+        event_id = event_id or "evt_" + secrets.token_hex(12)
+        body = json.dumps({"id": event_id, "object": "event", "type": event_type, "created_at": int(time.time()),
+                           "data": data}, separators=(",", ":"), ensure_ascii=False)
+        n = db.enqueue(self.store, key_id or "", event_type, event_id, body, subject)
+        if n and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+        return n
+
+    async def emit(self, key_id: str | None, event_type: str, data: dict[str, Any], *, subject: str | None = None,
+                   event_id: str | None = None) -> int:
+        return await asyncio.to_thread(self.enqueue, key_id, event_type, data, subject=subject, event_id=event_id)
+
+    # -- the dispatcher --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """On the serving event loop, at start-up."""
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        async with httpx.AsyncClient(transport=self._transport, follow_redirects=False, trust_env=False,
+                                     timeout=self.config.timeout_s) as client:
+            while True:
+                self._wake.clear()
+                try:
+                    await self.send_due(client)
+                except Exception:  # the store is away: try again at the next poll
+                    log.exception("webhook deliveries could not be read")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.config.poll_s)
+
+    async def send_due(self, client: httpx.AsyncClient) -> int:
+        """One pass: claim every due delivery (up to `max_in_flight` at a time) and send it. Returns how many."""
+        cfg, total = self.config, 0
+        while True:
+            claimed = await asyncio.to_thread(db.claim_due, self.store, cfg.max_in_flight, cfg.timeout_s * 2 + 5)
+            if not claimed:
+                return total
+            await asyncio.gather(*(self._attempt(client, c) for c in claimed))
+            total += len(claimed)
+
+    async def _attempt(self, client: httpx.AsyncClient, c: db.Claimed) -> None:
+        t0 = time.perf_counter()
+        code: int | None = None
+        error: str | None = None
+        try:
+            target = await self.guard.target(c.url)
+            headers = {**sign(c.secret, c.event_id, db.now(), c.body), "content-type": "application/json",
+                       "user-agent": f"sluicegate-webhooks/{__version__}", "host": target.host}
+            ext = {"sni_hostname": target.sni} if target.sni else {}
+            resp = await client.post(target.url, content=c.body.encode(), headers=headers, extensions=ext)
+            code = resp.status_code
+        except UnsafeUrl as exc:
+            error = str(exc)
+        except httpx.TimeoutException:
+            error = "timed out"
+        except httpx.HTTPError as exc:
+            error = f"could not connect ({type(exc).__name__})"
+        except Exception:  # a bug, or a URL httpx will not send: record it, never leave the row leased forever
+            log.exception("webhook delivery %d failed unexpectedly", c.id)
+            error = "internal error; the server log has the detail"
+        ms = (time.perf_counter() - t0) * 1e3
+        if code is not None and 200 <= code < 300:
+            await asyncio.to_thread(db.record_attempt, self.store, c, status=db.DELIVERED, status_code=code,
+                                    error=None, duration_ms=ms, retry_at=None)
+            return
+        if code == 410:
+            await asyncio.to_thread(db.record_attempt, self.store, c, status=db.FAILED, status_code=code,
+                                    error="the receiver answered 410 Gone: endpoint disabled", duration_ms=ms,
+                                    retry_at=None, disable="the receiver answered 410 Gone")
+            return
+        if error is None:
+            error = f"the receiver answered {code}" + (" (redirects are not followed)" if code and code < 400 else "")
+        attempts = c.attempts + 1
+        if attempts >= self.config.max_attempts:
+            await asyncio.to_thread(db.record_attempt, self.store, c, status=db.FAILED, status_code=code,
+                                    error=error, duration_ms=ms, retry_at=None)
+            return
+        retry = db.now() + dt.timedelta(seconds=backoff_s(attempts, self.config))
+        await asyncio.to_thread(db.record_attempt, self.store, c, status=db.PENDING, status_code=code, error=error,
+                                duration_ms=ms, retry_at=retry)

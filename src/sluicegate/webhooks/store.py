@@ -1,0 +1,170 @@
+"""Webhook endpoints and deliveries in the store (synchronous; callers on the event loop use a thread).
+
+Every read and change of an endpoint names its API key: another key's endpoint is not found. Deliveries are
+claimed for sending with a compare-and-set on `next_attempt_at` (pushed out by a lease), so replicas sharing a
+database never send one attempt twice; a sender that dies leaves the row due again when the lease ends.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Result, select, update
+from sqlalchemy.exc import IntegrityError
+
+from sluicegate.store.db import Store
+from sluicegate.store.models import WebhookDelivery, WebhookEndpoint
+
+PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def _changed(result: Result[Any]) -> int:
+    return int(cast(CursorResult[Any], result).rowcount)
+
+
+def create_endpoint(store: Store, key_id: str, url: str, event_types: list[str]) -> WebhookEndpoint:
+    ep = WebhookEndpoint(id="we_" + secrets.token_hex(12), key_id=key_id, url=url,
+                         event_types=" ".join(sorted(set(event_types))), secret=new_secret(), created_at=now())
+    with store.session() as s, s.begin():
+        s.add(ep)
+    return ep
+
+
+def list_endpoints(store: Store, key_id: str) -> list[WebhookEndpoint]:
+    with store.session() as s:
+        return list(s.scalars(select(WebhookEndpoint).where(
+            WebhookEndpoint.key_id == key_id, WebhookEndpoint.deleted_at.is_(None)
+        ).order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)))
+
+
+def count_endpoints(store: Store, key_id: str) -> int:
+    return len(list_endpoints(store, key_id))
+
+
+def get_endpoint(store: Store, key_id: str, endpoint_id: str) -> WebhookEndpoint | None:
+    with store.session() as s:
+        return s.scalar(select(WebhookEndpoint).where(
+            WebhookEndpoint.id == endpoint_id, WebhookEndpoint.key_id == key_id,
+            WebhookEndpoint.deleted_at.is_(None)))
+
+
+def delete_endpoint(store: Store, key_id: str, endpoint_id: str) -> bool:
+    """Mark it deleted (its delivery log stays) and fail what it still had to send."""
+    with store.session() as s, s.begin():
+        done = _changed(s.execute(update(WebhookEndpoint).where(
+            WebhookEndpoint.id == endpoint_id, WebhookEndpoint.key_id == key_id,
+            WebhookEndpoint.deleted_at.is_(None)).values(deleted_at=now())))
+        if done:
+            _fail_pending(s, endpoint_id, "the endpoint was deleted")
+    return bool(done)
+
+
+def _fail_pending(s: Any, endpoint_id: str, why: str) -> None:
+    s.execute(update(WebhookDelivery).where(
+        WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.status == PENDING
+    ).values(status=FAILED, last_error=why))
+
+
+def enqueue(store: Store, key_id: str, event_type: str, event_id: str, body: str, subject: str | None) -> int:
+    """One pending delivery per enabled endpoint of `key_id` subscribed to `event_type`; an endpoint that
+    already has this event (the same `event_id` emitted again) gets none. Returns how many were queued."""
+    for _ in range(2):  # a second replica inserting the same event at once: read again, insert the rest
+        with store.session() as s:
+            eps = s.execute(select(WebhookEndpoint.id, WebhookEndpoint.event_types).where(
+                WebhookEndpoint.key_id == key_id, WebhookEndpoint.deleted_at.is_(None),
+                WebhookEndpoint.disabled_at.is_(None))).all()
+            have = set(s.scalars(select(WebhookDelivery.endpoint_id).where(WebhookDelivery.event_id == event_id)))
+        todo = sorted(ep for ep, types in eps if event_type in types.split() and ep not in have)
+        if not todo:
+            return 0
+        t = now()
+        try:
+            with store.session() as s, s.begin():
+                s.add_all(WebhookDelivery(
+                    event_id=event_id, endpoint_id=ep, key_id=key_id, event_type=event_type, subject=subject,
+                    body=body, status=PENDING, attempts=0, next_attempt_at=t, log="[]", created_at=t,
+                ) for ep in todo)
+            return len(todo)
+        except IntegrityError:
+            continue
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    id: int
+    endpoint_id: str
+    event_id: str
+    body: str
+    attempts: int
+    url: str
+    secret: str
+    log: list[dict[str, Any]]
+
+
+def claim_due(store: Store, limit: int, lease_s: float) -> list[Claimed]:
+    """Up to `limit` due deliveries, each leased to this caller until `lease_s` from now."""
+    t = now()
+    out: list[Claimed] = []
+    with store.session() as s:
+        rows = s.execute(
+            select(WebhookDelivery, WebhookEndpoint.url, WebhookEndpoint.secret)
+            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
+            .where(WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_at <= t)
+            .order_by(WebhookDelivery.next_attempt_at).limit(limit)).all()
+    for d, url, secret in rows:
+        with store.session() as s, s.begin():
+            got = _changed(s.execute(update(WebhookDelivery).where(
+                WebhookDelivery.id == d.id, WebhookDelivery.status == PENDING,
+                WebhookDelivery.next_attempt_at == d.next_attempt_at,
+            ).values(next_attempt_at=t + dt.timedelta(seconds=lease_s))))
+        if got:
+            out.append(Claimed(d.id, d.endpoint_id, d.event_id, d.body, d.attempts, url, secret, json.loads(d.log)))
+    return out
+
+
+def record_attempt(store: Store, c: Claimed, *, status: str, status_code: int | None, error: str | None,
+                   duration_ms: float, retry_at: dt.datetime | None, disable: str | None = None) -> None:
+    """One attempt's outcome: delivered, failed for good, or pending again until `retry_at`. `disable`: also
+    disable the endpoint for this reason and fail what it still had queued (in the same transaction)."""
+    t = now()
+    entry = {"at": t.isoformat(timespec="milliseconds").replace("+00:00", "Z"), "status_code": status_code,
+             "error": error, "duration_ms": round(duration_ms, 1)}
+    values: dict[str, Any] = {
+        "status": status, "attempts": c.attempts + 1, "last_status_code": status_code, "last_error": error,
+        "log": json.dumps([*c.log, entry]), "next_attempt_at": retry_at or t,
+    }
+    if status == DELIVERED:
+        values["delivered_at"] = t
+    with store.session() as s, s.begin():
+        s.execute(update(WebhookDelivery).where(WebhookDelivery.id == c.id).values(**values))
+        if disable is not None:
+            s.execute(update(WebhookEndpoint).where(WebhookEndpoint.id == c.endpoint_id).values(
+                disabled_at=t, disabled_reason=disable))
+            _fail_pending(s, c.endpoint_id, "the endpoint was disabled")
+
+
+def deliveries(store: Store, key_id: str, *, endpoint_id: str | None = None, subject: str | None = None,
+               limit: int = 100) -> list[WebhookDelivery]:
+    """A key's delivery log, newest first: one endpoint's, or every delivery about one subject (a job)."""
+    q = select(WebhookDelivery).where(WebhookDelivery.key_id == key_id)
+    if endpoint_id is not None:
+        q = q.where(WebhookDelivery.endpoint_id == endpoint_id)
+    if subject is not None:
+        q = q.where(WebhookDelivery.subject == subject)
+    with store.session() as s:
+        return list(s.scalars(q.order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc())
+                              .limit(limit)))

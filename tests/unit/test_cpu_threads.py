@@ -1,0 +1,127 @@
+"""The compute-thread governor: fewer threads while neighbours hold cores, back when they leave, no flapping."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sluicegate.backends.cpu_threads import ThreadGovernor, runnable_neighbours, usable_cores
+
+
+class Feed:
+    """A scripted run queue and a clock that moves one sampling interval per pick."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.now = 0.0
+
+    def sample(self) -> int:
+        return self.seen
+
+    def clock(self) -> float:
+        self.now += 0.1
+        return self.now
+
+
+def governor(feed: Feed, *, threads: int = 2, cores: int = 2) -> ThreadGovernor:
+    return ThreadGovernor(threads, cores=cores, interval_s=0.1, sample=feed.sample, clock=feed.clock)
+
+
+def settle(gov: ThreadGovernor, picks: int = 20) -> int:
+    for _ in range(picks):
+        n = gov.pick()
+    return n
+
+
+def test_all_threads_while_the_machine_is_idle() -> None:
+    feed = Feed()
+    gov = governor(feed)
+    assert settle(gov) == 2
+    assert gov.changes == 0
+
+
+def test_one_busy_neighbour_takes_a_thread_and_giving_it_back_restores_it() -> None:
+    feed = Feed()
+    gov = governor(feed)
+    feed.seen = 1
+    assert settle(gov) == 1
+    feed.seen = 0
+    assert settle(gov) == 2
+    assert gov.changes == 2
+
+
+def test_never_below_one_thread_however_many_neighbours() -> None:
+    feed = Feed()
+    gov = governor(feed)
+    feed.seen = 5
+    assert settle(gov) == 1
+
+
+def test_a_short_burst_does_not_flap_the_count() -> None:
+    feed = Feed()
+    gov = governor(feed)
+    for i in range(200):  # a neighbour runnable one sample in five: 0.2 of a core on average
+        feed.seen = 1 if i % 5 == 0 else 0
+        gov.pick()
+    assert gov.threads == 2
+    assert gov.changes == 0
+
+
+def test_hysteresis_holds_the_lower_count_until_the_neighbour_has_mostly_gone() -> None:
+    feed = Feed()
+    gov = governor(feed)
+    feed.seen = 1
+    settle(gov)
+    for i in range(200):  # half a core busy on average: between the two thresholds
+        feed.seen = i % 2
+        gov.pick()
+    assert gov.threads == 1
+
+
+def test_larger_machines_give_up_one_thread_per_busy_neighbour() -> None:
+    feed = Feed()
+    gov = governor(feed, threads=8, cores=8)
+    feed.seen = 3
+    assert settle(gov) == 5
+    feed.seen = 0
+    assert settle(gov, 40) == 8
+
+
+def test_the_configured_maximum_holds_on_an_idle_machine() -> None:
+    feed = Feed()
+    gov = governor(feed, threads=2, cores=8)
+    feed.seen = 3
+    assert settle(gov) == 2  # 5 cores left: still only 2 asked for
+
+
+def test_samples_are_taken_at_most_once_per_interval() -> None:
+    calls = []
+    gov = ThreadGovernor(2, cores=2, interval_s=10.0, sample=lambda: calls.append(1) or 1, clock=lambda: 5.0)
+    for _ in range(100):
+        gov.pick()
+    assert len(calls) == 1
+
+
+def test_an_unreadable_run_queue_keeps_the_count() -> None:
+    gov = ThreadGovernor(2, cores=2, sample=lambda: None)
+    assert settle(gov) == 2
+
+
+def test_usable_cores_respects_the_affinity_mask() -> None:
+    assert 1 <= usable_cores() <= len(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc to read the run queue")
+def test_a_busy_process_is_seen_as_a_neighbour() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        # The kernel counts it runnable whenever it is sampled (it never sleeps); our own threads are not counted.
+        seen = [runnable_neighbours() for _ in range(50)]
+    finally:
+        busy.kill()
+        busy.wait()
+    assert all(n is not None for n in seen)
+    assert max(n for n in seen if n is not None) >= 1
