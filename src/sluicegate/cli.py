@@ -11,6 +11,7 @@ from sluicegate import cli_jobs, cli_store, cli_upstream
 from sluicegate.config import (
     AuthConfig,
     Config,
+    ConnectionConfig,
     DeadlineConfig,
     IdempotencyConfig,
     LimitsConfig,
@@ -86,7 +87,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--estimate-new-tokens", type=int, default=lim.estimate_new_tokens,
                    help="new tokens the cost estimate assumes for a request that sets no limit")
     p.add_argument("--drain-seconds", type=float, default=lim.drain_s,
-                   help="on shutdown, how long in-flight requests may finish before they are cancelled")
+                   help="on SIGTERM, how long in-flight requests may finish before they are cut (docs/connections.md)")
     dl = DeadlineConfig()
     p.add_argument("--default-timeout", type=seconds_or_none, default=dl.default_timeout_s, metavar="SECONDS",
                    help="time budget of a request that sends no timeout header (X-Request-Timeout, or the official "
@@ -96,6 +97,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--no-deadline-admission", action="store_true",
                    help="admit requests whatever the forecast says (they still end at their deadline); by default a "
                         "request that cannot meet its deadline at the measured speed is refused at once")
+    add_connection_args(p)
     cli_store.add_store_args(p)
     cli_upstream.add_upstream_args(p)
     rl = RateLimitConfig()
@@ -132,6 +134,54 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="serve on a non-loopback address while the store holds no API key (anyone who reaches "
                         "the port may use everything); auth still turns on once a key exists")
     p.add_argument("--log-level", default="info")
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def add_connection_args(p: argparse.ArgumentParser) -> None:
+    """The ConnectionConfig flags (shared with the reference server)."""
+    c = ConnectionConfig()
+    p.add_argument("--max-header-bytes", type=positive_int, default=c.max_header_bytes,
+                   help="request line plus headers, in bytes; over it: 431")
+    p.add_argument("--max-headers", type=positive_int, default=c.max_headers,
+                   help="header fields per request; over it: 431")
+    p.add_argument("--header-timeout", type=positive_seconds, default=c.header_timeout_s,
+                   help="seconds from a request's first byte to the end of its headers; past it: 408 and close")
+    p.add_argument("--body-timeout", type=positive_seconds, default=c.body_timeout_s,
+                   help="seconds a request body may fall silent; past it: 408 and close")
+    p.add_argument("--keepalive-timeout", type=positive_seconds, default=c.keepalive_s,
+                   help="seconds a connection may sit with no request in progress (new or kept alive)")
+    p.add_argument("--max-connections", type=positive_int, default=c.max_connections,
+                   help="open connections served fully (default 4096, fewer if file descriptors are short)")
+    p.add_argument("--health-connections", type=int, default=c.health_connections,
+                   help="connections past --max-connections accepted for /healthz and /readyz only")
+
+
+def connections_from_args(args: argparse.Namespace) -> ConnectionConfig:
+    return ConnectionConfig(
+        max_header_bytes=args.max_header_bytes, max_headers=args.max_headers, header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout, keepalive_s=args.keepalive_timeout, max_connections=args.max_connections,
+        health_connections=args.health_connections)
 
 
 def limits_from_args(args: argparse.Namespace) -> LimitsConfig:
@@ -171,9 +221,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"sluicegate: {exc}", file=sys.stderr)
         return 2
 
-    import uvicorn
-
     from sluicegate.api.app import create_app
+    from sluicegate.api.server.run import serve_app
     from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 
     path = args.model
@@ -191,6 +240,7 @@ def serve(args: argparse.Namespace) -> int:
         limits=limits_from_args(args),
         engine=SchedulerConfig(deadline_admission=deadline_admission),
         deadlines=deadlines,
+        connections=connections_from_args(args),
         store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),
         auth=AuthConfig(insecure_no_auth=args.insecure_no_auth),
         ratelimit=RateLimitConfig(redis_url=args.redis_url, fail_open=args.rate_limit_fail_open,
@@ -216,9 +266,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         app = create_app(config, factory, store=store,
                          tokenizers=cli_upstream.tokenizer_factory(upstream, path) if upstream.targets else None)
-        uv = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                            timeout_graceful_shutdown=int(config.limits.drain_s) + 1)
-        uvicorn.Server(uv).run()
+        serve_app(app, app.state.sluicegate, log_level=args.log_level)
     finally:
         store.close()
     return 0

@@ -39,6 +39,19 @@ class DeadlineConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectionConfig:
+    """What one HTTP connection may hold and for how long, enforced below the app (docs/connections.md)."""
+
+    max_header_bytes: int = 64 << 10  # request line plus headers, bytes; over it: 431 and close
+    max_headers: int = 100  # header fields in one request; over it: 431 and close
+    header_timeout_s: float = 20.0  # from a request's first byte to the end of its headers; past it: 408, close
+    body_timeout_s: float = 20.0  # longest silence between two pieces of a request body; past it: 408, close
+    keepalive_s: float = 5.0  # a connection with no request in progress (new, or between requests) closes after it
+    max_connections: int | None = None  # open connections served fully; None: 4096, or fewer if descriptors are short
+    health_connections: int = 32  # connections past max_connections still accepted, for /healthz and /readyz only
+
+
+@dataclass(frozen=True, slots=True)
 class StoreConfig:
     data_dir: Path = Path(".sluicegate")  # holds the default SQLite file (created on demand, owner-only)
     database_url: str | None = None  # any SQLAlchemy URL (postgresql+psycopg://..., sqlite:///FILE); None: data_dir
@@ -173,6 +186,7 @@ class Config:
     engine: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
+    connections: ConnectionConfig = field(default_factory=ConnectionConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     ratelimit: RateLimitConfig = field(default_factory=RateLimitConfig)

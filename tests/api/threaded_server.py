@@ -3,6 +3,7 @@ test (engine counters, a runner that fails on demand)."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ import httpx
 import uvicorn
 
 from sluicegate.api.app import create_app
+from sluicegate.api.server.run import uvicorn_config
 from sluicegate.api.state import AppState
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.reference import ReferenceRunner
@@ -56,13 +58,14 @@ def threaded_server(
         made.append(r)
         return r
 
-    app = create_app(config or Config(), factory, store=store)
+    config = config or Config()
+    app = create_app(config, factory, store=store)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    )
+    # As `serve` runs it (the guarded protocol and its limits), without the signal handling of the main thread.
+    server = uvicorn.Server(uvicorn_config(app, dataclasses.replace(config, host="127.0.0.1", port=port),
+                                           log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

@@ -14,7 +14,7 @@ from tests.e2e.conftest import start_server
 
 
 def test_sigterm_finishes_in_flight_work_then_exits(tmp_path: Path) -> None:
-    srv = start_server(tmp_path, "--slots", "2")
+    srv = start_server(tmp_path, "--slots", "2", "--drain-seconds", "120")  # an upper bound: it exits when done
     result: dict[str, object] = {}
 
     def long_request() -> None:
@@ -40,8 +40,7 @@ def test_sigterm_finishes_in_flight_work_then_exits(tmp_path: Path) -> None:
     assert isinstance(body, dict)
     assert body["finish_reason"] in ("length", "eos")
     assert body["usage"]["completion_tokens"] == len(body["token_ids"])
-    # uvicorn re-raises the captured signal after a clean shutdown, so the exit reports SIGTERM
-    assert rc in (0, -signal.SIGTERM), srv.log()
+    assert rc == 0, srv.log()  # the drain ends the process itself (docs/connections.md)
     log = srv.log()
     assert "Application shutdown complete" in log
     assert "Traceback" not in log

@@ -12,6 +12,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from sluicegate import __version__
+from sluicegate.api.drain import DrainMiddleware
 from sluicegate.api.errors import install_error_handlers
 from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
@@ -87,10 +88,12 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.add_middleware(DeadlineMiddleware, config=config.deadlines)  # the caller's budget, before the body
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
     app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused
+    app.add_middleware(DrainMiddleware, drain=state.drain)  # in-flight requests; 503 while shutting down
     # Outside everything but the request context: a foreign Host (DNS rebinding) reaches no route, key check or
     # limit, and its refusal still carries the request id.
     app.add_middleware(TrustedHostMiddleware, rule=HostRule.for_bind(config.host, config.allowed_hosts))
-    app.add_middleware(RequestContextMiddleware)  # added last: outermost, so every answer carries the id
+    app.add_middleware(RequestContextMiddleware,  # added last: outermost, so every answer carries the id
+                       on_disconnect=lambda stage: state.disconnects.labels(stage).inc())
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

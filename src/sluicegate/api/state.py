@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.requests import HTTPConnection
 
+from sluicegate.api.drain import Drain
 from sluicegate.api.jobs_runtime import JobsRuntime
 from sluicegate.api.upstreams import TokenizerFactory, load_upstreams
 from sluicegate.backends.base import ModelRunner
@@ -54,10 +55,16 @@ class AppState:
     load_error: str | None = None
     load_started: float = 0.0
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # this app's: engine metrics, readiness
+    drain: Drain = field(default_factory=Drain)  # the shutdown drain (api/drain.py, api/server/run.py)
+    disconnects: Counter = field(init=False)
 
     def __post_init__(self) -> None:
         ready = Gauge("sluicegate_ready", "1 once the model has loaded and the engine runs", registry=self.registry)
-        ready.set_function(lambda: 1.0 if self.models else 0.0)
+        ready.set_function(lambda: 1.0 if self.models and not self.drain.draining else 0.0)
+        self.disconnects = Counter(
+            "sluicegate_client_disconnects", "requests whose client left before the exchange ended, by stage "
+            "(body: while sending the request body; answer: before the response ended)", ["stage"],
+            registry=self.registry)
         self.ledger = UsageLedger(self.store, max_pending=self.config.store.usage_max_pending)
         self.keys = self._key_cache()
         self.limiter = build_rate_limiter(self.config.ratelimit)  # opens no connection until first used
@@ -149,7 +156,8 @@ class AppState:
         if self.http is not None:
             await self.http.aclose()
         if self.engine is not None:
-            await asyncio.to_thread(self.engine.stop, drain_s=self.config.limits.drain_s)
+            drain_s = 0.0 if self.drain.draining else self.config.limits.drain_s  # else drained already
+            await asyncio.to_thread(self.engine.stop, drain_s=drain_s)
             self.engine.close()  # frees the model only if no step can still be running
             self.engine = None
 

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 STATUS: Mapping[str, int] = {
     "invalid_json": 400,
     "untrusted_host": 400,
+    "malformed_http": 400,
+    "request_timeout": 408,
+    "headers_too_large": 431,
+    "unsupported_transfer_encoding": 501,
     "unsupported_media_type": 415,
     "body_too_large": 413,
     "authentication_required": 401,

@@ -4,6 +4,7 @@
         [--redis-url URL] [--idempotency-ttl-hours H] [--step-delay-ms MS] [--eos-slope X]
         [--jobs-lease-s S] [--jobs-worker-slots N] [--jobs-poll-s S]
         [--upstream [NAME=]URL --no-local-model ...]  (serve's upstream flags; the reference tokenizer)
+        [--drain-seconds S] [the connection flags of `serve`: --header-timeout S, ...] [--plain-http]
 
 `running()` starts it as a subprocess on a free port and waits for readiness; the CLI's `serve` serves only
 llama.cpp, and the reference backend needs no model file.
@@ -31,10 +32,10 @@ from sluicegate.backends.reference import ReferenceRunner
 
 
 def main(argv: list[str] | None = None) -> int:
-    import uvicorn
-
     from sluicegate import cli_upstream
     from sluicegate.api.app import create_app
+    from sluicegate.api.server.run import serve_app
+    from sluicegate.cli import add_connection_args, connections_from_args
     from sluicegate.config import Config, IdempotencyConfig, JobsConfig, LimitsConfig, RateLimitConfig
 
     p = argparse.ArgumentParser(prog="refserver", description=__doc__)
@@ -52,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs-lease-s", type=float, default=JobsConfig().lease_s, help="batch item lease")
     p.add_argument("--jobs-worker-slots", type=int, default=None, help="batch items run at once")
     p.add_argument("--jobs-poll-s", type=float, default=JobsConfig().poll_s, help="idle batch worker's poll")
+    p.add_argument("--drain-seconds", type=float, default=LimitsConfig().drain_s)
+    add_connection_args(p)
+    p.add_argument("--plain-http", action="store_true",
+                   help="uvicorn's own httptools protocol, without the connection limits (benchmarks only)")
     p.add_argument("--log-level", default="warning")
     cli_upstream.add_upstream_args(p)  # --upstream [NAME=]URL: front another server (tokenizer: the reference's)
     args = p.parse_args(argv)
@@ -59,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     config = Config(upstream=cli_upstream.upstream_from_args(args, "reference"),
-                    limits=LimitsConfig(max_body_bytes=args.max_body_bytes),
+                    limits=LimitsConfig(max_body_bytes=args.max_body_bytes, drain_s=args.drain_seconds),
+                    connections=connections_from_args(args),
                     ratelimit=RateLimitConfig(redis_url=args.redis_url),
                     idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
                     jobs=JobsConfig(lease_s=args.jobs_lease_s, worker_slots=args.jobs_worker_slots,
@@ -76,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(config, lambda: DelayedRunner(delay, n_ctx=args.ctx, n_slots=args.slots,
                                                    eos_slope=args.eos_slope), store=store)
     try:
-        uvicorn.Server(
-            uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-        ).run()
+        serve_app(app, app.state.sluicegate, log_level=args.log_level, plain=args.plain_http)
     finally:
         if store is not None:
             store.close()

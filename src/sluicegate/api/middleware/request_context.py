@@ -2,6 +2,13 @@
 
 A caller's `X-Request-Id` is kept when it is 1-128 characters of letters, digits, '.', '_', ':' and '-';
 otherwise one is generated. The id is in every response header and every error body.
+
+One access line per request, at info: id, method, path, status, time, and how it ended when it did not end
+normally. A client that leaves mid-body (Starlette's `ClientDisconnect` from reading the body) is not an
+error: its line says so with status 499 (nginx's "client closed request"), and `on_disconnect("body")`
+counts it; one that leaves before the answer ended counts as `"answer"`. A request that the connection layer
+answered itself (a body timeout: `CLOSED_BY`) logs that status; one cut by the shutdown drain (`CUT`) logs
+at warning.
 """
 
 from __future__ import annotations
@@ -10,19 +17,34 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Callable
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluicegate.api.envelope import INTERNAL, send_error
 from sluicegate.serving.context import RequestContext
-from sluicegate.serving.errors import ApiError
+from sluicegate.serving.errors import STATUS, ApiError
 
 log = logging.getLogger("sluicegate.access")
 _VALID_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 
 
+# Marks in a request's `scope["state"]` set below the app, read by the access line.
+CLOSED_BY = "sluicegate.closed_by"  # the connection layer answered this request itself (e.g. a body timeout)
+CUT = "sluicegate.cut"  # the shutdown drain ended this request before it finished
+
+
 def new_request_id() -> str:
     return "req_" + secrets.token_hex(12)
+
+
+def request_id_from(headers: list[tuple[bytes, bytes]] | None) -> str:
+    """The caller's valid `X-Request-Id` among `headers` (lower-case names), else a new one."""
+    for name, value in headers or ():
+        if name == b"x-request-id":
+            return value.decode() if _VALID_ID.match(value) else new_request_id()
+    return new_request_id()
 
 
 def context_of(scope: Scope) -> RequestContext:
@@ -35,8 +57,9 @@ def context_of(scope: Scope) -> RequestContext:
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, on_disconnect: Callable[[str], None] | None = None) -> None:
         self.app = app
+        self.on_disconnect = on_disconnect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,11 +70,14 @@ class RequestContextMiddleware:
         supplied = dict(scope["headers"]).get(b"x-request-id", b"")
         request_id = supplied.decode() if _VALID_ID.match(supplied) else new_request_id()
         ctx = RequestContext(request_id, arrival=arrival)
-        scope.setdefault("state", {})["ctx"] = ctx
+        state = scope.setdefault("state", {})
+        state["ctx"] = ctx
         status = 0
+        ended = False
+        outcome = ""
 
         async def send_with_headers(message: Message) -> None:
-            nonlocal status
+            nonlocal status, ended
             if message["type"] == "http.response.start":
                 status = message["status"]
                 total = (time.perf_counter() - start) * 1e3
@@ -60,10 +86,22 @@ class RequestContextMiddleware:
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                 headers += [(b"x-request-id", request_id.encode()), (b"server-timing", timing.encode())]
                 message = {**message, "headers": headers}
+            elif not message.get("more_body", False):
+                ended = True
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_headers)
+            if status == 499 or (status and not ended):
+                outcome = " client left before the answer ended"
+                self._count("answer")
+        except ClientDisconnect:
+            closed_by = state.get(CLOSED_BY)
+            if isinstance(closed_by, str):  # the connection layer answered it (a body timeout)
+                status, outcome = STATUS[closed_by], f" {closed_by}: answered and closed by the connection layer"
+            else:
+                status, outcome = 499, " client disconnected mid-body"
+                self._count("body")
         except Exception:
             log.exception("%s internal error", request_id)
             if status == 0:  # nothing sent yet: the client still gets the envelope, without the detail
@@ -71,7 +109,13 @@ class RequestContextMiddleware:
             else:
                 raise
         finally:
-            log.info(
-                "%s %s %s %d %.1fms", request_id, scope.get("method", ""), scope.get("path", ""), status,
-                (time.perf_counter() - start) * 1e3,
+            cut = state.get(CUT)
+            log.log(
+                logging.WARNING if cut else logging.INFO, "%s %s %s %d %.1fms%s%s", request_id,
+                scope.get("method", ""), scope.get("path", ""), status, (time.perf_counter() - start) * 1e3,
+                outcome, " cut by the shutdown after the drain time" if cut else "",
             )
+
+    def _count(self, stage: str) -> None:
+        if self.on_disconnect is not None:
+            self.on_disconnect(stage)

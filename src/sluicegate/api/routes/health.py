@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from sluicegate.api.drain import shutting_down
 from sluicegate.api.envelope import error_response
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.state import app_state
@@ -21,6 +22,8 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", summary="The model is loaded and the engine takes requests")
 async def readyz(request: Request) -> JSONResponse:
     state = app_state(request)
+    if state.drain.draining:  # first, so that a load balancer stops sending before anything is refused
+        return error_response(shutting_down(), context_of(request.scope).request_id)
     try:
         model = state.served()
     except ApiError as exc:
