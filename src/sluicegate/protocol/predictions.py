@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from sluicegate.protocol.common import ResponseModel, StrictModel
+from sluicegate.protocol.common import NOT_NULL, ResponseModel, StrictModel, present
 from sluicegate.protocol.generate import GenerateOptions
 
 MetadataKey = Annotated[str, Field(min_length=1, max_length=64)]
@@ -27,7 +27,7 @@ class PredictionInput(StrictModel):
     chat template, answered as the assistant); the serving adapter refuses both or neither, naming `input`."""
 
     model_config = StrictModel.model_config | {"json_schema_extra": {
-        "oneOf": [{"required": ["prompt"]}, {"required": ["messages"]}],
+        "oneOf": [present("prompt", NOT_NULL), present("messages", NOT_NULL)],
     }}
 
     prompt: str | None = Field(None, min_length=1, description="text to continue")
