@@ -16,8 +16,8 @@ COUNTER_HELP = {
     "requests_refused": "requests refused by the engine because its waiting queue was full",
     "requests_expired": "requests ended by their deadline (queued or running)",
     "prefix_lookups": "requests that took a slot and looked up the prefix cache",
-    "prefix_hits": "of those, requests that reused at least one cached block",
-    "prefix_evicted_blocks": "cached prefix blocks dropped to make room",
+    "prefix_hits": "of those, requests that reused at least one cached prompt token",
+    "prefix_evicted_tokens": "cached prompt tokens dropped (held by no slot any more) to make room",
 }
 GAUGE_HELP = {
     "running": "sequences holding a slot",
@@ -27,7 +27,7 @@ GAUGE_HELP = {
     "kv_tokens_used": "KV positions held by running sequences",
     "kv_tokens_total": "KV positions in all slots (slots x window)",
     "kv_usage": "kv_tokens_used / kv_tokens_total",
-    "prefix_cached_blocks": "prefix blocks held by free slots, ready for reuse",
+    "prefix_cached_tokens": "prompt tokens held by free slots, ready for reuse",
 }
 COUNTERS = (*COUNTER_HELP, "requests_finished", "requests_cancelled", "requests_failed")
 GAUGES = tuple(g for g in GAUGE_HELP if g != "kv_usage")
@@ -48,8 +48,8 @@ class EngineStats:
     requests_failed: int = 0
     requests_refused: int = 0  # 503 overloaded: the waiting queue was full
     prefix_lookups: int = 0  # requests that took a slot
-    prefix_hits: int = 0  # of those, requests that reused at least one cached block
-    prefix_evicted_blocks: int = 0  # cached blocks dropped to make room
+    prefix_hits: int = 0  # of those, requests that reused at least one cached prompt token
+    prefix_evicted_tokens: int = 0  # cached prompt tokens dropped to make room
     # gauges
     running: int = 0
     waiting: int = 0
@@ -57,7 +57,7 @@ class EngineStats:
     slots_total: int = 0
     kv_tokens_used: int = 0  # KV positions held by running sequences
     kv_tokens_total: int = 0  # slots x window
-    prefix_cached_blocks: int = 0  # blocks held by free slots, ready for reuse
+    prefix_cached_tokens: int = 0  # prompt tokens held by free slots, ready for reuse
     finish_times: deque[float] = field(default_factory=lambda: deque(maxlen=1024))  # for the drain rate
     lock: threading.Lock = field(default_factory=threading.Lock)
 
