@@ -143,7 +143,8 @@ class Scheduler:
             self.finish(seq, FinishReason.EXPIRED, now)
             out.expired.append(seq)
         budget = self.config.max_batch_tokens
-        for seq in self.running:
+        # decode tokens in slot order: the runner computes them in that order, so their logits need no reordering
+        for seq in sorted(self.running, key=_slot):
             if not seq.in_prefill:
                 out.chunks.append(Chunk(seq, seq.pending_ids(), seq.num_computed, True))
                 budget -= 1
@@ -246,6 +247,10 @@ class Scheduler:
 def queue_has_room(config: SchedulerConfig, n_waiting: int, waiting_tokens: int, n_prompt_tokens: int) -> bool:
     """Whether one more request fits a queue holding `n_waiting` requests of `waiting_tokens` prompt tokens."""
     return n_waiting < config.max_waiting and waiting_tokens + n_prompt_tokens <= config.max_waiting_tokens
+
+
+def _slot(seq: Seq) -> int:
+    return -1 if seq.slot is None else seq.slot
 
 
 def _expired(seq: Seq, now: float) -> bool:
