@@ -107,8 +107,7 @@ class SlotTable:
             ops = (KvOp("truncate", dst, n),)
             self.tree.truncate(dst, n)
         elif n:
-            src = next((s for s in holders if self._busy[s]), holders[0])
-            ops = (KvOp("copy", dst, src), KvOp("truncate", dst, n))
+            ops = (KvOp("copy", dst, holders[0]), KvOp("truncate", dst, n))
             self.tree.truncate(dst, 0)
             self.tree.extend(dst, prompt_ids, n)
         else:
