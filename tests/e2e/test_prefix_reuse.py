@@ -43,6 +43,7 @@ def probe(r: LlamaCppRunner, base: list[int], k: int) -> list[int]:
     return [*base[:k], *r.tokenize(f" Question {k}: what did the keeper write?", add_special=False)]
 
 
+@pytest.mark.timeout(1200)  # seconds on a quiet 2-core machine; minutes under contention
 def test_a_prefix_reused_at_any_token_gives_bit_identical_logits(runner: LlamaCppRunner) -> None:
     base = base_ids(runner)
     runner.clear(0)
@@ -101,6 +102,7 @@ def engine(cfg: SchedulerConfig, slots: int) -> Engine:
     return eng
 
 
+@pytest.mark.timeout(1200)  # about a minute on a quiet 2-core machine; minutes under contention
 def test_engine_outputs_with_reuse_equal_a_cold_cache_solo_and_batched(runner: LlamaCppRunner) -> None:
     base = base_ids(runner)
     probes = [probe(runner, base, k) for k in BOUNDARIES]

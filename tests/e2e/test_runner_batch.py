@@ -33,6 +33,7 @@ def prefill_each(r: LlamaCppRunner, ids: list[list[int]]) -> list[Logits]:
     return rows
 
 
+@pytest.mark.timeout(1200)  # seconds on a quiet 2-core machine; minutes under contention
 def test_rows_follow_the_items_whatever_their_order(runner: LlamaCppRunner) -> None:
     ids = [runner.tokenize(p) for p in PROMPTS]
     solo_prefill = prefill_each(runner, ids)
