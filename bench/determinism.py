@@ -10,6 +10,8 @@ Each check compares float32 logits with `np.array_equal` (no tolerance), through
   shared     a prompt chunk in the same step as neighbours' decode tokens vs. alone
   reuse      a prompt whose first blocks were copied from another slot (prefix cache) vs. computed
   decoded    logits after tokens fed one per step (decode) vs. the same tokens prefilled as a prompt
+  sweep      (--reuse-sweep N) a prefix reused at every length 1..N (copied, cut there, 8 tokens prefilled
+             after it) vs. the same prompt prefilled cold: what token-granular prefix reuse relies on
 and then times a 512-token prefill and a decode step of 8 sequences. docs/engine.md quotes the results.
 """
 
@@ -29,6 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flash-attn", action="store_true", help="turn flash attention on (the default is off)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--reuse-sweep", type=int, default=0, metavar="N", help="also check reuse at lengths 1..N")
     args = ap.parse_args()
     r = LlamaCppRunner(default_model_path(), n_ctx=2048, n_slots=8, n_batch=512, n_threads=args.threads,
                        flash_attn=args.flash_attn)
@@ -143,6 +146,21 @@ def main() -> None:
         worst = max(worst, float(np.max(np.abs(cold - got))))
         n += 1
     report("reuse: prefix copied from another slot, the rest prefilled vs all prefilled", same, n, worst)
+
+    if args.reuse_sweep:
+        r.clear(1)
+        fill(1, prompt)  # 512-token chunks
+        same, worst = 0, 0.0
+        for k in range(1, args.reuse_sweep + 1):
+            ids = prompt[:k] + other[:8]
+            cold = prefill(0, ids, [0, len(ids)])
+            r.copy(1, 2)
+            r.truncate(2, k)
+            got = r.execute([BatchItem(2, ids[k:], k, True)])[0]
+            same += bool(np.array_equal(cold, got))
+            worst = max(worst, float(np.max(np.abs(cold - got))))
+        report(f"sweep: prefix reused at every length 1..{args.reuse_sweep} vs prefilled cold", same,
+               args.reuse_sweep, worst)
 
     # decoded ---------------------------------------------------------------------------------------------
     at, steps = 400, 80

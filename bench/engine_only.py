@@ -6,6 +6,12 @@
 an in-process `Engine` as soon as their previous request finishes. Prints tokens/s and how much of the wall
 time was forward passes (`runner.execute`), so that, set beside `bench/roofline.py` (the forward passes
 alone) and `bench/concurrency.py` (the same work over HTTP), it says which layer costs what.
+
+Then where a step's milliseconds go, per engine step (means): wall time per step, of which the step as the
+engine times it (`sluicegate_step_seconds`: scheduling, KV ops, `runner.execute`, sampling), of which
+`runner.execute`, of which `llama_decode` itself (C) and the runner's Python around it (filling the batch,
+the logits rows); the sampler; and what follows the step (outputs, detokenising, the loop).
+To compare two versions: run it with `PYTHONPATH=<checkout>/src` for each, on a quiet machine.
 """
 
 from __future__ import annotations
@@ -18,11 +24,32 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import llama_cpp
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import sluicegate.engine.core as engine_core
 from bench.concurrency import BANNED_EOS, CTX_PER_SLOT, n_requests, prompt
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 from sluicegate.engine import Engine, EngineRequest, RequestOutput, SamplingParams
+
+SPENT = {"decode": 0.0, "sample": 0.0}
+
+
+def timed(name: str, fn: Callable[..., object]) -> Callable[..., object]:
+    def wrapper(*a: object, **kw: object) -> object:
+        t = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            SPENT[name] += time.perf_counter() - t
+
+    return wrapper
+
+
+# the C call as the runner makes it, and the sampler as the engine calls it
+setattr(llama_cpp, "llama_decode", timed("decode", getattr(llama_cpp, "llama_decode")))  # noqa: B009, B010
+setattr(engine_core, "sample", timed("sample", getattr(engine_core, "sample")))  # noqa: B009, B010
 
 
 class TimedRunner(LlamaCppRunner):
@@ -78,6 +105,17 @@ def main() -> None:
     print(f"{args.streams} streams, flash attention {'on' if args.flash_attn else 'off'}: "
           f"{n * args.max_tokens / wall:.1f} tokens/s; forward passes {runner.forward_s:.1f} s "
           f"of {wall:.1f} s wall ({100 * runner.forward_s / wall:.0f}%)")
+    model = {"model_name": runner.identity.name}
+    steps = engine.metrics.registry.get_sample_value("sluicegate_step_seconds_count", model) or 1.0
+    step_s = engine.metrics.registry.get_sample_value("sluicegate_step_seconds_sum", model) or 0.0
+    ms = {k: 1e3 * v / steps for k, v in {
+        "step": step_s, "execute": runner.forward_s, "llama_decode": SPENT["decode"], "sample": SPENT["sample"],
+    }.items()}
+    cycle = 1e3 * wall / steps
+    print(f"per step ({steps:.0f} steps), ms: {cycle:.2f} wall = step {ms['step']:.2f} [execute {ms['execute']:.2f} "
+          f"(llama_decode {ms['llama_decode']:.2f} + runner Python {ms['execute'] - ms['llama_decode']:.2f}) "
+          f"+ sample {ms['sample']:.2f} + scheduling and KV ops {ms['step'] - ms['execute'] - ms['sample']:.2f}] "
+          f"+ outputs, detokenising and the loop {cycle - ms['step']:.2f}")
 
 
 if __name__ == "__main__":

@@ -126,6 +126,10 @@ def test_stream_framing_usage_and_equality(client: TestClient) -> None:
     assert all(c["object"] == "chat.completion.chunk" for c in chunks[:-1])
     assert len({c["id"] for c in chunks[:-1]}) == 1
     usage_chunk = chunks[-2]
+    # the same counts, but the second request found the first one's prompt in the prefix cache
+    whole["usage"].pop("prompt_tokens_details")
+    cached = usage_chunk["usage"].pop("prompt_tokens_details")["cached_tokens"]
+    assert cached == whole["usage"]["prompt_tokens"] - 2  # all but the last two tokens
     assert usage_chunk["choices"] == [] and usage_chunk["usage"] == whole["usage"]
     assert all(c["usage"] is None for c in chunks[:-2])
     finish = [c for c in chunks[:-2] if c["choices"][0]["finish_reason"]]

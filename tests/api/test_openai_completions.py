@@ -66,6 +66,10 @@ def test_stream(client: TestClient) -> None:
     chunks = sse(
         complete(client, max_tokens=8, seed=6, n=2, stream=True, stream_options={"include_usage": True}).text
     )
+    # the same counts, but both runs found the prompt the first request's two runs left in the prefix cache
+    whole["usage"].pop("prompt_tokens_details")
+    cached = chunks[-2]["usage"].pop("prompt_tokens_details")["cached_tokens"]
+    assert cached == whole["usage"]["prompt_tokens"] - 2 * 2  # each run computes its last two tokens
     assert chunks[-2]["choices"] == [] and chunks[-2]["usage"] == whole["usage"]
     for i in range(2):
         text = "".join(c["choices"][0]["text"] for c in chunks[:-2] if c["choices"][0]["index"] == i)

@@ -1,47 +1,27 @@
-"""The slot table and prefix cache: hash-chained blocks, reuse in place or by copy, LRU eviction."""
+"""The slot table and prefix cache: token-granular reuse in place or by copy, eviction, what is never reused."""
 
 from __future__ import annotations
 
 import pytest
 
-from sluicegate.engine.prefix_cache import KvOp, SlotTable, block_keys
-
-B = 4  # block size used throughout
+from sluicegate.engine.prefix_cache import KvOp, SlotTable
 
 
 def ids(n: int, start: int = 0) -> list[int]:
     return list(range(start, start + n))
 
 
-def served(t: SlotTable, prompt: list[int], computed: int, *, keep_cache: bool = True) -> int:
-    """A request for `prompt` takes a slot, prefills `computed` tokens of it, and leaves; returns the slot."""
+def served(t: SlotTable, prompt: list[int], computed: int | None = None, *, keep_cache: bool = True) -> int:
+    """A request for `prompt` takes a slot, prefills `computed` tokens of it (all), and leaves; returns the slot."""
     a = t.acquire(prompt)
     assert a is not None
-    t.record(a.slot, prompt, computed)
+    t.record(a.slot, prompt, len(prompt) if computed is None else computed)
     t.release(a.slot, keep_cache=keep_cache)
     return a.slot
 
 
-def test_block_keys_chain_covers_every_token_before() -> None:
-    a = block_keys(ids(12), B)
-    assert len(a) == 3 and len(set(a)) == 3
-    assert block_keys(ids(13), B) == a  # a partial block has no key
-    changed = ids(12)
-    changed[1] = 99  # a change in block 0 changes every later key
-    assert all(x != y for x, y in zip(a, block_keys(changed, B), strict=True))
-    later = ids(12)
-    later[9] = 99  # a change in block 2 keeps blocks 0 and 1
-    assert block_keys(later, B)[:2] == a[:2] and block_keys(later, B)[2] != a[2]
-    assert all(isinstance(k, bytes) and len(k) == 16 for k in a)  # BLAKE2b, not Python's hash
-
-
-def test_block_keys_resume_from_a_previous_key() -> None:
-    full = block_keys(ids(20), B)
-    assert block_keys(ids(20), B, prev=full[1], start=2) == full[2:]
-
-
 def test_first_acquisitions_take_empty_slots_lowest_first() -> None:
-    t = SlotTable(3, B)
+    t = SlotTable(3)
     got = [t.acquire(ids(5)) for _ in range(3)]
     assert [a.slot for a in got if a] == [0, 1, 2]
     assert all(a is not None and a.ops == (KvOp("clear", a.slot),) and a.reused_tokens == 0 for a in got)
@@ -49,36 +29,77 @@ def test_first_acquisitions_take_empty_slots_lowest_first() -> None:
     assert t.lookups == 3 and t.hits == 0
 
 
-def test_reuse_in_place_truncates_and_leaves_the_last_prompt_token() -> None:
-    t = SlotTable(2, B)
-    prompt = ids(8)  # exactly two blocks
-    slot = served(t, prompt, 8)
-    assert t.cached_blocks == 2
+@pytest.mark.parametrize("shared", [1, 2, 3, 17, 63, 64, 65, 130])
+def test_any_common_prefix_is_reused(shared: int) -> None:
+    t = SlotTable(1)
+    first = ids(200)
+    slot = served(t, first)
+    prompt = [*first[:shared], 9000, 9001, 9002]
+    a = t.acquire(prompt)
+    assert a is not None and a.slot == slot and a.reused_tokens == shared
+    assert a.ops == (KvOp("truncate", slot, shared),)
+    assert t.hits == 1 and t.reused_tokens == shared
+    assert t.tree.tokens(slot) == first[:shared] and t.evictions == 200 - shared
+    t.release(slot)
+    # with a second slot free, the cached tail is kept: the prefix is copied into the empty slot instead
+    t2 = SlotTable(2)
+    s2 = served(t2, first)
+    b = t2.acquire(prompt)
+    assert b is not None and b.slot != s2 and b.reused_tokens == shared
+    assert b.ops == (KvOp("copy", b.slot, s2), KvOp("truncate", b.slot, shared)) and t2.evictions == 0
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 9, 64])
+def test_reuse_leaves_the_last_two_prompt_tokens_to_compute(n: int) -> None:
+    t = SlotTable(1)
+    prompt = ids(n)
+    served(t, prompt)
     again = t.acquire(prompt)
-    # only one block is reused: the last prompt token must be computed for its logits
-    assert again is not None and again.slot == slot and again.reused_tokens == B
-    assert again.ops == (KvOp("truncate", slot, B),)
-    assert t.hits == 1 and t.reused_tokens == B
-    # the truncation forgot the second block; the busy slot still lends its first one
-    longer = t.acquire([*prompt, 50, 51])
-    assert longer is not None and longer.slot != slot and longer.reused_tokens == B
-    assert longer.ops == (KvOp("copy", longer.slot, slot), KvOp("truncate", longer.slot, B))
+    assert again is not None and again.reused_tokens == max(n - 2, 0)
+
+
+def test_granularity_rounds_the_reuse_down() -> None:
+    t = SlotTable(1, granularity=16)
+    served(t, ids(100))
+    a = t.acquire([*ids(40), 7, 7])
+    assert a is not None and a.reused_tokens == 32
 
 
 def test_reuse_from_a_busy_slot_copies_into_a_free_one() -> None:
-    t = SlotTable(3, B)
+    t = SlotTable(3)
     prompt = ids(10)
     a = t.acquire(prompt)
     assert a is not None
     t.record(a.slot, prompt, 10)  # still busy
-    b = t.acquire([*ids(8), 77, 78, 79])
-    assert b is not None and b.slot != a.slot and b.reused_tokens == 2 * B
-    assert b.ops == (KvOp("copy", b.slot, a.slot), KvOp("truncate", b.slot, 2 * B))
-    assert t.keys(b.slot) == t.keys(a.slot)[:2]
+    b = t.acquire([*ids(7), 77, 78, 79])
+    assert b is not None and b.slot != a.slot and b.reused_tokens == 7
+    assert b.ops == (KvOp("copy", b.slot, a.slot), KvOp("truncate", b.slot, 7))
+    assert t.tree.tokens(b.slot) == ids(7)
+
+
+def test_a_reused_slot_that_would_lose_its_own_tokens_is_copied_from_instead() -> None:
+    # a conversation's history in slot 0; another conversation shares only its system prompt
+    t = SlotTable(2)
+    system = ids(30)
+    history = [*system, *ids(50, start=500)]
+    s0 = served(t, history)
+    other = [*system, *ids(8, start=900)]
+    a = t.acquire(other)
+    assert a is not None and a.slot != s0 and a.reused_tokens == 30
+    assert a.ops == (KvOp("copy", a.slot, s0), KvOp("truncate", a.slot, 30))
+    assert t.evictions == 0 and t.tree.tokens(s0) == history  # the history is still whole
+
+
+def test_a_repeated_prompt_is_reused_in_place_even_with_empty_slots() -> None:
+    t = SlotTable(3)
+    prompt = ids(40)
+    slot = served(t, prompt)
+    a = t.acquire(prompt)  # the two tokens truncated are recomputed by this very request: nothing is lost
+    assert a is not None and a.slot == slot and a.ops == (KvOp("truncate", slot, 38),)
 
 
 def test_a_free_slot_wins_a_tie_over_a_busy_one() -> None:
-    t = SlotTable(3, B)
+    t = SlotTable(3)
     prompt = ids(9)
     busy = t.acquire(prompt)
     cached = t.acquire(prompt)
@@ -90,65 +111,70 @@ def test_a_free_slot_wins_a_tie_over_a_busy_one() -> None:
     assert again is not None and again.slot == cached.slot and again.ops[0].kind == "truncate"
 
 
-def test_eviction_prefers_empty_slots_then_least_recently_used() -> None:
-    t = SlotTable(3, B)
+def test_eviction_prefers_slots_whose_tokens_survive_then_least_recently_used() -> None:
+    t = SlotTable(4)
     prompts = [ids(8, start=100 * k) for k in range(3)]
-    slots = []
-    for p in prompts:
-        a = t.acquire(p)
-        assert a is not None
-        t.record(a.slot, p, 8)
-        slots.append(a.slot)
-    t.release(slots[1])  # released first: least recently used
-    t.release(slots[0])
-    t.release(slots[2])
+    s0, s1 = served(t, prompts[0]), served(t, prompts[1])
+    a = t.acquire(prompts[2])
+    assert a is not None
+    t.record(a.slot, prompts[2], 8)
+    b = t.acquire(prompts[2])  # same prompt while the first is busy: copied into the empty slot
+    assert b is not None and b.ops == (KvOp("copy", b.slot, a.slot), KvOp("truncate", b.slot, 6))
+    t.record(b.slot, prompts[2], 8)
+    t.release(b.slot)
+    t.release(a.slot)
+    # slots a and b hold the same tokens: taking one of them evicts nothing, whatever the LRU order
     fresh = t.acquire(ids(8, start=900))
-    assert fresh is not None and fresh.slot == slots[1] and fresh.ops == (KvOp("clear", slots[1]),)
-    assert t.evictions == 2
-    # the other two prompts are still cached
-    hit = t.acquire(prompts[0])
-    assert hit is not None and hit.slot == slots[0] and hit.reused_tokens == B
+    assert fresh is not None and fresh.slot == a.slot and fresh.ops == (KvOp("clear", a.slot),)
+    assert t.evictions == 0
+    # now every free slot would lose its tokens: the least recently used one goes
+    other = t.acquire(ids(8, start=950))
+    assert other is not None and other.slot == s0 and t.evictions == 8
+    hit = t.acquire(prompts[1])  # the other prompts are still cached
+    assert hit is not None and hit.slot == s1 and hit.reused_tokens == 6
 
 
-def test_recording_extends_the_chain_block_by_block() -> None:
-    t = SlotTable(2, B)
+def test_busy_slots_are_never_evicted() -> None:
+    t = SlotTable(2)
+    a = t.acquire(ids(20))
+    assert a is not None
+    t.record(a.slot, ids(20), 20)
+    b = t.acquire(ids(20, start=300))
+    assert b is not None and b.slot != a.slot
+    assert t.acquire(ids(5)) is None
+    assert t.tree.tokens(a.slot) == ids(20) and t.evictions == 0
+
+
+def test_recording_extends_the_path_token_by_token() -> None:
+    t = SlotTable(2)
     prompt = ids(14)
     a = t.acquire(prompt)
     assert a is not None
     t.record(a.slot, prompt, 6)
-    assert t.n_blocks(a.slot) == 1
+    assert t.n_cached(a.slot) == 6
     t.record(a.slot, prompt, 13)
-    assert t.keys(a.slot) == tuple(block_keys(prompt, B))
+    assert t.tree.tokens(a.slot) == prompt[:13]
     t.release(a.slot)
     b = t.acquire([*prompt, 60, 61, 62])
-    assert b is not None and b.reused_tokens == 3 * B
-
-
-def test_reuse_leaves_two_prompt_tokens_to_compute() -> None:
-    t = SlotTable(2, B)
-    prompt = ids(9)
-    served(t, prompt, 9)
-    # 9 tokens = two blocks and one; reusing both blocks would leave one token, a one-token chunk
-    again = t.acquire(prompt)
-    assert again is not None and again.reused_tokens == B
+    assert b is not None and b.reused_tokens == 13
 
 
 def test_failed_slots_drop_their_cache() -> None:
-    t = SlotTable(1, B)
-    served(t, ids(9), 9, keep_cache=False)
-    assert t.cached_blocks == 0
+    t = SlotTable(1)
+    served(t, ids(9), keep_cache=False)
+    assert t.cached_tokens == 0
     again = t.acquire(ids(9))
     assert again is not None and again.reused_tokens == 0 and again.ops == (KvOp("clear", 0),)
 
 
-def test_a_slot_keeps_only_blocks_it_computed() -> None:
-    t = SlotTable(1, B)
+def test_a_slot_keeps_only_tokens_it_computed() -> None:
+    t = SlotTable(1)
     served(t, ids(12), 5)  # prefill stopped after five tokens (cancelled)
-    assert t.cached_blocks == 1
+    assert t.cached_tokens == 5
 
 
 def test_bad_sizes_are_refused() -> None:
     with pytest.raises(ValueError):
-        SlotTable(0, B)
+        SlotTable(0)
     with pytest.raises(ValueError):
-        SlotTable(2, 0)
+        SlotTable(2, granularity=0)

@@ -212,3 +212,28 @@ def test_sampling_does_not_modify_the_logits() -> None:
     rows = [row(temperature=0.0, logit_bias={1: 3.0}), row(temperature=1.0), row(temperature=0.9, top_k=3)]
     sample(x, rows)
     assert np.array_equal(x, before)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_greedy_row_with_a_sparse_bias_picks_what_the_biased_row_would(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = logits(100 + seed)[0]
+    best = int(np.argmax(x))
+    ids = rng.choice(V, size=int(rng.integers(1, 6)), replace=False).tolist()
+    if seed % 4 == 0:
+        ids.append(best)  # the model's favourite is biased (banned end-of-text at the end of a reply)
+    if seed % 4 == 1:  # a biased id lands exactly on the best value: the lower id wins
+        x[ids[0]] = x[best] - 2.0
+    bias = {int(t): float(rng.choice([-100.0, -2.0, 0.5, 2.0, 7.0])) for t in ids}
+    if seed % 4 == 1:
+        bias[ids[0]] = 2.0
+    dense = x.copy()
+    dense[list(bias)] += np.array(list(bias.values()), np.float32)
+    assert one(x, row(temperature=0.0, logit_bias=bias)) == int(np.argmax(dense))
+
+
+def test_greedy_rows_are_read_in_place() -> None:
+    x = logits(7, 4)
+    x.setflags(write=False)  # a view of the runner's buffer: the sampler must neither copy-modify nor write it
+    toks, _ = sample(x, [row(temperature=0.0), row(temperature=0.0, logit_bias={3: 50.0})] * 2)
+    assert toks == [int(np.argmax(x[0])), 3, int(np.argmax(x[2])), 3]

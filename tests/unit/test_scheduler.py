@@ -26,6 +26,8 @@ def seq(
 
 
 def make(n_slots: int = 4, **cfg: int | float) -> Scheduler:
+    # prompts here share their first tokens: no prefix reuse unless a test asks for it with a block size
+    cfg.setdefault("block_size", 1 << 20)
     return Scheduler(SchedulerConfig(**cfg), n_slots, frozenset({EOS}))  # type: ignore[arg-type]
 
 
@@ -274,17 +276,31 @@ def test_a_first_token_deadline_binds_only_until_the_first_token() -> None:
     check_invariants(s)
 
 
-def test_cancelled_prefill_keeps_only_completed_blocks_in_the_cache() -> None:
-    s = make(n_slots=1, max_batch_tokens=100, block_size=64)
+def test_cancelled_prefill_keeps_only_completed_tokens_in_the_cache() -> None:
+    s = make(n_slots=1, max_batch_tokens=100, block_size=1)
     q = seq(300)
     s.add(q)
-    step(s)  # 100 tokens computed: one whole block
+    step(s)  # 100 tokens computed
     s.finish(q, FinishReason.CANCELLED, 1.0)
-    assert s.slots.cached_blocks == 1
+    assert s.slots.cached_tokens == 100
     again = seq(300)
     s.add(again)
     step(s)
-    assert again.cached_tokens == 64 and again.num_computed == 64 + 100
+    assert again.cached_tokens == 100 and again.num_computed == 100 + 100
+
+
+def test_a_one_token_prompt_is_never_cached() -> None:
+    s = make(n_slots=1, block_size=1)
+    one = seq(1, max_new=2)
+    s.add(one)
+    while s.has_work:
+        step(s)
+    assert s.slots.cached_tokens == 0  # computed as one token: its KV is not what a prompt chunk computes
+    two = seq(2, max_new=2)
+    s.add(two)
+    while s.has_work:
+        step(s)
+    assert s.slots.cached_tokens == 2
 
 
 def test_prefix_reuse_sets_cached_tokens_and_kv_ops() -> None:

@@ -100,7 +100,7 @@ class LlamaCppRunner:
             raise ValueError("could not create a llama.cpp context (too many slots or too long a window?)")
         self._mem = L.llama_get_memory(self._ctx) if self._ctx else None
         self._n_vocab = int(L.llama_vocab_n_tokens(self._vocab))
-        self._batch = L.llama_batch_init(n_batch, 0, 1)
+        self._batch = _Batch(n_batch)
         self._piece_cache: dict[int, bytes] = {}
         eos = {i for i in range(self._n_vocab) if L.llama_vocab_is_eog(self._vocab, i)}
         bos = int(L.llama_vocab_bos(self._vocab))
@@ -175,45 +175,47 @@ class LlamaCppRunner:
         sequence (docs/engine.md). So: one call with every single-token item, in slot order (consecutive busy
         slots share one pass over the weights), then one with every longer item in *descending* slot order,
         which llama.cpp cannot chain, so each chunk is computed whole in its own micro-batch.
+
+        A step of decode tokens alone whose items come in slot order (the scheduler's order) returns a view of
+        llama.cpp's own logits buffer, not a copy: valid until the next `execute`, which is all the engine
+        needs (it samples before the next step). Otherwise the rows are gathered with one copy per call.
         """
         if sum(len(item.token_ids) for item in batch) > self._limits.n_batch:
             raise ValueError(f"a step carries at most {self._limits.n_batch} tokens")
         if self._governor is not None and (n := self._governor.pick()) != self._threads:
             L.llama_set_n_threads(self._ctx, n, n)
             self._threads = n
-        out = np.empty((sum(item.want_logits for item in batch), self._n_vocab), dtype=np.float32)
         out_row = {k: i for i, k in enumerate(k for k, item in enumerate(batch) if item.want_logits)}
         by_slot = sorted(range(len(batch)), key=lambda k: batch[k].slot)
         singles = [k for k in by_slot if len(batch[k].token_ids) == 1]
         chunks = [k for k in reversed(by_slot) if len(batch[k].token_ids) > 1]
+        if not chunks:
+            view = self._decode([batch[k] for k in singles])
+            rows = [out_row[k] for k in singles if k in out_row]
+            if rows == list(range(len(out_row))):
+                return view
+            gathered = np.empty((len(out_row), self._n_vocab), dtype=np.float32)
+            gathered[rows] = view
+            return gathered
+        out = np.empty((len(out_row), self._n_vocab), dtype=np.float32)
         for group in (singles, chunks):
             if group:
-                self._decode([batch[k] for k in group], [out_row.get(k) for k in group], out)
+                view = self._decode([batch[k] for k in group])
+                out[[out_row[k] for k in group if k in out_row]] = view
         return out
 
-    def _decode(self, items: Sequence[BatchItem], rows: Sequence[int | None], out: Logits) -> None:
+    def _decode(self, items: Sequence[BatchItem]) -> Logits:
+        """One `llama_decode` of `items` (logits of each wanting item's last token, in item order): a view."""
         b = self._batch
-        n = 0
-        wanted: list[tuple[int, int]] = []  # (batch position, output row)
-        for item, row in zip(items, rows, strict=True):
-            last = len(item.token_ids) - 1
-            for j, tok in enumerate(item.token_ids):
-                b.token[n] = tok
-                b.pos[n] = item.start_pos + j
-                b.n_seq_id[n] = 1
-                b.seq_id[n][0] = item.slot
-                want = row is not None and j == last
-                b.logits[n] = want
-                if want:
-                    assert row is not None
-                    wanted.append((n, row))
-                n += 1
-        b.n_tokens = n
-        rc = L.llama_decode(self._ctx, b)
+        n = b.fill(items)
+        rc = L.llama_decode(self._ctx, b.struct)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
-        for pos, row in wanted:
-            out[row] = np.ctypeslib.as_array(L.llama_get_logits_ith(self._ctx, pos), shape=(self._n_vocab,))
+        n_out = int(np.count_nonzero(b.logits[:n]))
+        if not n_out:
+            return np.empty((0, self._n_vocab), dtype=np.float32)
+        view: Logits = np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(n_out, self._n_vocab))
+        return view
 
     def clear(self, slot: int) -> None:
         L.llama_memory_seq_rm(self._mem, slot, -1, -1)
@@ -228,11 +230,53 @@ class LlamaCppRunner:
 
     def close(self) -> None:
         if self._ctx:
-            L.llama_batch_free(self._batch)
             L.llama_free(self._ctx)
             L.llama_model_free(self._model)
             self._ctx = None
         elif self._model and self._mem is None:  # vocab only: no context was made
-            L.llama_batch_free(self._batch)
             L.llama_model_free(self._model)
             self._model = None
+
+
+_IntP = ctypes.POINTER(ctypes.c_int)
+
+
+class _Batch:
+    """A `llama_batch` over arrays numpy owns, filled with a few slice assignments per step instead of five
+    ctypes writes per token (llama-cpp-python's `llama_batch_init` arrays are only reachable one element at
+    a time). Each token belongs to one sequence: `seq_id[i]` points at `seq[i]` once and for all."""
+
+    def __init__(self, n: int) -> None:
+        self.token = np.zeros(n, dtype=np.int32)
+        self.pos = np.zeros(n, dtype=np.int32)
+        self.n_seq_id = np.ones(n, dtype=np.int32)
+        self.seq = np.zeros(n, dtype=np.int32)
+        self.logits = np.zeros(n, dtype=np.int8)
+        base = self.seq.ctypes.data
+        self._seq_ptrs = (_IntP * n)(*(ctypes.cast(base + 4 * i, _IntP) for i in range(n)))
+        self.struct = L.llama_batch(
+            n_tokens=0, token=self.token.ctypes.data_as(_IntP), embd=None, pos=self.pos.ctypes.data_as(_IntP),
+            n_seq_id=self.n_seq_id.ctypes.data_as(_IntP), seq_id=ctypes.cast(self._seq_ptrs, ctypes.POINTER(_IntP)),
+            logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+        )
+
+    def fill(self, items: Sequence[BatchItem]) -> int:
+        """Lay `items` out one after the other; logits for each wanting item's last token. Returns tokens."""
+        if all(len(item.token_ids) == 1 for item in items):  # a decode step: one vectorised write per array
+            n = len(items)
+            self.token[:n] = [item.token_ids[0] for item in items]
+            self.pos[:n] = [item.start_pos for item in items]
+            self.seq[:n] = [item.slot for item in items]
+            self.logits[:n] = [item.want_logits for item in items]
+        else:
+            n = 0
+            for item in items:
+                k = len(item.token_ids)
+                self.token[n : n + k] = item.token_ids
+                self.pos[n : n + k] = np.arange(item.start_pos, item.start_pos + k, dtype=np.int32)
+                self.seq[n : n + k] = item.slot
+                self.logits[n : n + k] = 0
+                self.logits[n + k - 1] = item.want_logits
+                n += k
+        self.struct.n_tokens = n
+        return n

@@ -4,6 +4,11 @@ Token ids 0..255 are bytes, 256 is BOS and 257 is EOS. The "KV" of a slot is the
 seen; the logits of a position depend on the token, its position and a decaying summary of everything
 before it, so prefix reuse, slot copies and truncation have observable effects. An EOS bias that grows
 with the position makes greedy generations end by themselves.
+
+`single_token_drift` models llama.cpp's one real numerical dependence (docs/engine.md): a token computed as
+its slot's only token in a step (a decode step, a one-token prompt) rounds differently from the same token
+inside a longer chunk. With it set, such a token's embedding is scaled by `1 + drift`, so a cache that
+reused decoded tokens' KV for a prompt, or a scheduler that made one-token prompt chunks, changes outputs.
 """
 
 from __future__ import annotations
@@ -33,14 +38,16 @@ class ReferenceRunner:
 
     def __init__(
         self, *, n_ctx: int = 512, n_slots: int = 8, n_batch: int = 512, seed: int = 0, dim: int = 32,
-        eos_slope: float = 0.02,
+        eos_slope: float = 0.02, single_token_drift: float = 0.0,
     ) -> None:
         rng = np.random.default_rng(seed)
         self._emb = rng.standard_normal((N_VOCAB, dim)).astype(np.float32)
         self._pos = rng.standard_normal((dim,)).astype(np.float32)
         self._out = rng.standard_normal((dim, N_VOCAB)).astype(np.float32) / np.sqrt(dim)
         self._eos_slope = eos_slope
+        self._drift = single_token_drift
         self._slots: list[list[int]] = [[] for _ in range(n_slots)]
+        self._alone: list[list[bool]] = [[] for _ in range(n_slots)]  # computed as its slot's only token
         self._state: list[np.ndarray] = [np.zeros(dim, np.float32) for _ in range(n_slots)]
         digest = hashlib.sha256(self._emb.tobytes() + self._out.tobytes()).hexdigest()
         self._identity = ModelIdentity(name="reference", version=f"seed{seed}", digest=f"sha256:{digest}")
@@ -86,9 +93,11 @@ class ReferenceRunner:
             if item.start_pos != len(held):
                 raise ValueError(f"slot {item.slot} holds {len(held)} positions, batch starts at {item.start_pos}")
             state = self._state[item.slot]
+            alone = len(item.token_ids) == 1
             for tok in item.token_ids:
-                state = 0.7 * state + self._emb[tok]
+                state = self._advance(state, int(tok), alone)
                 held.append(int(tok))
+                self._alone[item.slot].append(alone)
             self._state[item.slot] = state
             self.executed_tokens += len(item.token_ids)
             if item.want_logits:
@@ -105,22 +114,30 @@ class ReferenceRunner:
         logits[EOS_ID] += self._eos_slope * n_pos - 3.0
         return logits
 
+    def _advance(self, state: np.ndarray, tok: int, alone: bool) -> np.ndarray:
+        emb = self._emb[tok] * np.float32(1.0 + self._drift) if alone and self._drift else self._emb[tok]
+        out: np.ndarray = 0.7 * state + emb
+        return out
+
     def _recompute(self, slot: int) -> None:
         state = np.zeros_like(self._state[slot])
-        for tok in self._slots[slot]:
-            state = 0.7 * state + self._emb[tok]
+        for tok, alone in zip(self._slots[slot], self._alone[slot], strict=True):
+            state = self._advance(state, tok, alone)
         self._state[slot] = state
 
     def clear(self, slot: int) -> None:
         self._slots[slot] = []
+        self._alone[slot] = []
         self._state[slot] = np.zeros_like(self._state[slot])
 
     def truncate(self, slot: int, n_keep: int) -> None:
         del self._slots[slot][n_keep:]
+        del self._alone[slot][n_keep:]
         self._recompute(slot)
 
     def copy(self, src: int, dst: int) -> None:
         self._slots[dst] = list(self._slots[src])
+        self._alone[dst] = list(self._alone[src])
         self._state[dst] = self._state[src].copy()
 
     def close(self) -> None:

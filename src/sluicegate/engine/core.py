@@ -445,8 +445,8 @@ class Engine:
             self.stats.kv_tokens_used = self.scheduler.kv_tokens_used
             self.stats.prefix_lookups = slots.lookups
             self.stats.prefix_hits = slots.hits
-            self.stats.prefix_evicted_blocks = slots.evictions
-            self.stats.prefix_cached_blocks = slots.cached_blocks
+            self.stats.prefix_evicted_tokens = slots.evictions
+            self.stats.prefix_cached_tokens = slots.cached_tokens
             self.stats.drain_tokens_per_second = self._throughput.speed.rate
 
 

@@ -1,46 +1,30 @@
-"""Slot table and prefix cache: which slot holds which token blocks, and what a new prompt can reuse.
+"""Slot table and prefix cache: which slot holds which prompt tokens, and what a new prompt can reuse.
 
-A slot is one sequence's KV stream (see backends/base.py). Prompt token ids are cut into fixed blocks of
-`block_size` at absolute positions 0, B, 2B, ...; each full block is addressed by a hash chain (a block's
-key covers every token before it, so equal keys mean equal prefixes). A slot remembers the keys of the
-prompt blocks its KV holds, as they are prefilled (the scheduler publishes them; generated tokens are
-never published, see Scheduler._record_blocks). This is sound because the runner computes a prompt token's
-KV bit-identically however the prompt was chunked (docs/engine.md): reuse never changes an output.
+A slot is one sequence's KV stream (see backends/base.py). A radix tree (radix.py) indexes the prompt
+tokens each slot's KV holds, published as they are prefilled (the scheduler records them; generated tokens
+never are, see Scheduler._record). A new prompt reuses the longest prefix any slot holds, at token
+granularity (`granularity` > 1 rounds the reuse down to a multiple of it). This is sound because the runner
+computes a prompt token's KV bit-identically however the prompt was chunked, as long as no chunk is a
+single token (docs/engine.md, tests/e2e/test_prefix_reuse.py): reuse never changes an output.
 
-A request takes a slot: the free slot holding its longest cached prefix (reused in place, tail truncated),
-or else a free slot into which the best busy slot's stream is copied and truncated, or else an empty slot,
-or else the least recently used free slot (its cache is evicted). Reuse is whole blocks only and always
-leaves at least the last two prompt tokens to compute: the last one's logits give the first generated
-token, and a one-token chunk would round differently from the same token computed in a longer one.
-
-Keys are BLAKE2b digests, not Python's `hash`: a crafted collision would hand one tenant another
-tenant's KV.
+A request takes a free slot (`acquire`): one holding its longest cached prefix is reused in place (its tail
+truncated), or else the prefix is copied from whichever slot holds it (busy or free) into another free slot
+and truncated there. Which free slot takes the request is an eviction choice: first one whose cached
+tokens all survive (an empty slot, a slot whose path other slots also hold, or one the new prompt repeats:
+those tokens are recomputed anyway), in place before a copy, lowest id first; else the least recently used
+slot (released, or lending its prefix to a request: LRU over the tree's leaves). A busy slot's tokens are
+never evicted. Reuse always leaves at least the last two prompt tokens to compute: the last one's logits
+give the first generated token, and a one-token chunk would round differently from the same token
+computed in a longer one.
 """
 
 from __future__ import annotations
 
-import hashlib
-from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-BlockKey = bytes
-
-
-def _chain(prev: BlockKey, block: Sequence[int]) -> BlockKey:
-    return hashlib.blake2b(prev + array("q", block).tobytes(), digest_size=16).digest()
-
-
-def block_keys(
-    token_ids: Sequence[int], block_size: int, *, prev: BlockKey = b"", start: int = 0
-) -> list[BlockKey]:
-    """Hash-chain keys of the full blocks of `token_ids`, from block `start` on (`prev`: the key before)."""
-    keys: list[BlockKey] = []
-    for begin in range(start * block_size, len(token_ids) - block_size + 1, block_size):
-        prev = _chain(prev, token_ids[begin : begin + block_size])
-        keys.append(prev)
-    return keys
+from sluicegate.engine.radix import RadixTree
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +36,6 @@ class KvOp:
     arg: int = 0  # truncate: positions kept; copy: source slot
 
 
-@dataclass(slots=True)
-class _Slot:
-    busy: bool = False
-    keys: list[BlockKey] = field(default_factory=list)  # blocks 0..len-1 of the slot's KV, all computed
-    last_used: int = 0  # tick of the last release (LRU)
-
-
 @dataclass(frozen=True, slots=True)
 class Acquired:
     slot: int
@@ -67,102 +44,94 @@ class Acquired:
 
 
 class SlotTable:
-    def __init__(self, n_slots: int, block_size: int) -> None:
-        if n_slots < 1 or block_size < 1:
-            raise ValueError("need at least one slot and a positive block size")
-        self.block_size = block_size
-        self._slots = [_Slot() for _ in range(n_slots)]
+    def __init__(self, n_slots: int, granularity: int = 1) -> None:
+        if n_slots < 1 or granularity < 1:
+            raise ValueError("need at least one slot and a positive reuse granularity")
+        self.granularity = granularity
+        self.tree = RadixTree(n_slots)
+        self._busy = [False] * n_slots
+        self._last_used = [0] * n_slots  # tick of the last release or reuse (LRU)
         self._tick = 0
         self.lookups = 0  # acquisitions
-        self.hits = 0  # acquisitions that reused at least one block
+        self.hits = 0  # acquisitions that reused at least one token
         self.reused_tokens = 0  # prompt tokens not recomputed thanks to the cache
-        self.evictions = 0  # cached blocks dropped to make room
+        self.evictions = 0  # cached tokens dropped (held by no slot any more) to make room
 
     @property
     def n_slots(self) -> int:
-        return len(self._slots)
+        return len(self._busy)
 
     @property
     def n_busy(self) -> int:
-        return sum(s.busy for s in self._slots)
+        return sum(self._busy)
 
     @property
     def n_free(self) -> int:
-        return len(self._slots) - self.n_busy
+        return self.n_slots - self.n_busy
 
     @property
-    def cached_blocks(self) -> int:
-        """Blocks held by free slots, available for reuse."""
-        return sum(len(s.keys) for s in self._slots if not s.busy)
+    def cached_tokens(self) -> int:
+        """Prompt tokens held by free slots, available for reuse (a prefix two slots hold counts twice)."""
+        return sum(self.tree.length(i) for i, busy in enumerate(self._busy) if not busy)
 
     def is_busy(self, slot: int) -> bool:
-        return self._slots[slot].busy
+        return self._busy[slot]
 
-    def keys(self, slot: int) -> tuple[BlockKey, ...]:
-        return tuple(self._slots[slot].keys)
-
-    def n_blocks(self, slot: int) -> int:
-        """Blocks the slot's KV is known to hold."""
-        return len(self._slots[slot].keys)
+    def n_cached(self, slot: int) -> int:
+        """Prompt tokens the slot's KV is known to hold."""
+        return self.tree.length(slot)
 
     def acquire(self, prompt_ids: Sequence[int]) -> Acquired | None:
-        """Take a slot for a new prompt, reusing its longest cached whole-block prefix; None if all busy."""
-        free = [i for i, s in enumerate(self._slots) if not s.busy]
+        """Take a slot for a new prompt, reusing the longest cached prefix of it; None if all are busy."""
+        free = [i for i, busy in enumerate(self._busy) if not busy]
         if not free:
             return None
         self.lookups += 1
-        wanted = block_keys(prompt_ids[: max(len(prompt_ids) - 2, 0)], self.block_size)
-        best_slot, best_n = -1, 0
-        for i, s in enumerate(self._slots):
-            n = _common_prefix(s.keys, wanted)
-            # a free slot wins a tie: it is reused in place, no copy
-            if n > best_n or (n == best_n and n > 0 and not s.busy and self._slots[best_slot].busy):
-                best_slot, best_n = i, n
+        shared = self.tree.common_prefixes(prompt_ids)
+        n = min(max(shared.values(), default=0), max(len(prompt_ids) - 2, 0))
+        n -= n % self.granularity
+        holders = [s for s, k in sorted(shared.items()) if k >= n] if n else []
+
+        def lost(d: int) -> int:  # cached tokens no slot would hold once `d` serves this prompt
+            return max(0, self.tree.length(d) - max(self.tree.unique_from(d), shared.get(d, 0)))
+
+        def order(d: int) -> tuple[int, int, bool, int]:
+            loses = lost(d) > 0
+            return (loses, self._last_used[d] if loses else 0, d not in holders, d)
+
+        dst = min(free, key=order)
         ops: tuple[KvOp, ...]
-        if best_n and not self._slots[best_slot].busy:
-            dst = best_slot
-            if len(self._slots[dst].keys) > best_n:
-                self.evictions += len(self._slots[dst].keys) - best_n
-            ops = (KvOp("truncate", dst, best_n * self.block_size),)
+        kept = n if dst in holders else 0
+        self.evictions += max(0, self.tree.length(dst) - max(self.tree.unique_from(dst), kept))
+        if kept:
+            ops = (KvOp("truncate", dst, n),)
+            self.tree.truncate(dst, n)
+        elif n:
+            ops = (KvOp("copy", dst, holders[0]), KvOp("truncate", dst, n))
+            self.tree.truncate(dst, 0)
+            self.tree.extend(dst, prompt_ids, n)
         else:
-            # empty slots first (lowest id keeps the busy slots packed), then the least recently used
-            dst = min(free, key=lambda i: (len(self._slots[i].keys) > 0, self._slots[i].last_used, i))
-            self.evictions += len(self._slots[dst].keys)
-            if best_n:
-                ops = (KvOp("copy", dst, best_slot), KvOp("truncate", dst, best_n * self.block_size))
-            else:
-                ops = (KvOp("clear", dst),)
-        slot = self._slots[dst]
-        slot.busy = True
-        slot.keys = wanted[:best_n]
-        if best_n:
+            ops = (KvOp("clear", dst),)
+            self.tree.truncate(dst, 0)
+        self._busy[dst] = True
+        if n:
             self.hits += 1
-            self.reused_tokens += best_n * self.block_size
-        return Acquired(dst, best_n * self.block_size, ops)
+            self.reused_tokens += n
+            for s in holders:  # a prefix just reused is recently used, wherever it lives
+                self._touch(s)
+        return Acquired(dst, n, ops)
+
+    def _touch(self, slot: int) -> None:
+        self._tick += 1
+        self._last_used[slot] = self._tick
 
     def record(self, slot: int, token_ids: Sequence[int], n_computed: int) -> None:
-        """The slot's KV holds `token_ids[:n_computed]`, all prefilled: make its new whole blocks reusable."""
-        s = self._slots[slot]
-        if (len(s.keys) + 1) * self.block_size > n_computed:
-            return
-        have = len(s.keys)
-        upto = (n_computed // self.block_size) * self.block_size
-        s.keys.extend(
-            block_keys(token_ids[:upto], self.block_size, prev=s.keys[-1] if s.keys else b"", start=have)
-        )
+        """The slot's KV holds `token_ids[:n_computed]`, all computed as prompt: make them reusable."""
+        if n_computed > self.tree.length(slot):
+            self.tree.extend(slot, token_ids, n_computed)
 
     def release(self, slot: int, *, keep_cache: bool = True) -> None:
-        s = self._slots[slot]
-        self._tick += 1
-        s.busy, s.last_used = False, self._tick
+        self._touch(slot)
+        self._busy[slot] = False
         if not keep_cache:
-            s.keys = []
-
-
-def _common_prefix(a: Sequence[BlockKey], b: Sequence[BlockKey]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+            self.tree.truncate(slot, 0)

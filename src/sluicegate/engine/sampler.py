@@ -4,7 +4,10 @@ Determinism: a seeded stream draws step `i` from `default_rng([seed, i])`, which
 seed and the step, so the same request gives the same tokens alone, batched, or in another process. Every
 choice below is a pure function of the row's logits and that draw (ties go to the lower token id).
 
-Cost: greedy rows are one vectorised argmax. A greedy constrained row (no logprobs) asks its constraint
+Cost: greedy rows are one vectorised argmax, over the runner's rows as they are (no copy) when every row is
+greedy. A greedy row whose only adjustment is a sparse `logit_bias` (say, a banned end-of-text) is not
+copied either: its best token is the row's argmax or one of the biased ids, compared in float32 exactly as
+the biased row would be. A greedy constrained row (no logprobs) asks its constraint
 whether its best token is allowed and masks the vocabulary only when it is not: the best allowed token is
 the same either way (argmax takes the lowest id among equal maxima, and so does the masked argmax when
 that token is allowed), and a grammar allowing the model's choice is the common case. A sampled row costs
@@ -16,7 +19,7 @@ before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,11 +42,15 @@ class SampleRow:
     constraint: Constraint | None = None
 
 
+def _apply_bias(logits: F32, bias: Mapping[int, float]) -> F32:
+    logits[np.fromiter(bias.keys(), dtype=np.int64)] += np.fromiter(bias.values(), dtype=np.float32)
+    return logits
+
+
 def _apply_penalties(logits: F32, row: SampleRow) -> F32:
     p = row.params
     if p.logit_bias:
-        ids = np.fromiter(p.logit_bias.keys(), dtype=np.int64)
-        logits[ids] += np.fromiter(p.logit_bias.values(), dtype=np.float32)
+        _apply_bias(logits, p.logit_bias)
     if (p.presence_penalty or p.frequency_penalty) and len(row.output_ids):
         ids, counts = np.unique(np.asarray(row.output_ids, dtype=np.int64), return_counts=True)
         logits[ids] -= p.presence_penalty + p.frequency_penalty * counts.astype(np.float32)
@@ -137,14 +144,33 @@ def _logprob(raw: F32, token: int, n_top: int) -> TokenLogprob:
     return TokenLogprob(token_id=token, logprob=float(lp[token]), top=top)
 
 
+def _greedy_biased(row: F32, bias: Mapping[int, float]) -> int:
+    """argmax(row + bias) without copying the row: the unbiased argmax or a biased id (lowest id on ties)."""
+    best = int(np.argmax(row))
+    if best in bias:  # the model's favourite is biased: the runner-up is unknown, so do it in full
+        return int(np.argmax(_apply_bias(row.copy(), bias)))
+    val = row[best]
+    for tid, b in bias.items():
+        v = row[tid] + np.float32(b)
+        if v > val or (v == val and tid < best):
+            best, val = tid, v
+    return best
+
+
 def sample(logits: F32, rows: Sequence[SampleRow]) -> tuple[list[int], list[TokenLogprob | None]]:
     """Sample one token per row of `logits`; logprobs where asked (of the penalised, unscaled logits)."""
     tokens = [0] * len(rows)
     logprobs: list[TokenLogprob | None] = [None] * len(rows)
     adjusted: dict[int, F32] = {}
     check_best: list[int] = []  # greedy constrained rows without logprobs: masked only if their best is refused
+    biased: set[int] = set()  # greedy rows whose only adjustment is a logit bias: no copy of the row
     for i, row in enumerate(rows):
         p = row.params
+        if (p.greedy and p.logit_bias and not (p.presence_penalty or p.frequency_penalty)
+                and row.constraint is None and p.logprobs is None):
+            biased.add(i)
+            tokens[i] = _greedy_biased(logits[i], p.logit_bias)
+            continue
         if p.logit_bias or p.presence_penalty or p.frequency_penalty:
             adjusted[i] = _apply_penalties(logits[i].copy(), row)
         if row.constraint is not None:
@@ -156,9 +182,12 @@ def sample(logits: F32, rows: Sequence[SampleRow]) -> tuple[list[int], list[Toke
     def view(i: int) -> F32:
         return adjusted[i] if i in adjusted else logits[i]
 
-    greedy = [i for i, r in enumerate(rows) if r.params.greedy]
+    greedy = [i for i, r in enumerate(rows) if r.params.greedy and i not in biased]
     if greedy:
-        block = np.stack([view(i) for i in greedy]) if adjusted else logits[greedy]
+        if adjusted:
+            block = np.stack([view(i) for i in greedy])
+        else:
+            block = logits if len(greedy) == len(logits) else logits[greedy]
         for i, t in zip(greedy, np.argmax(block, axis=1), strict=True):
             tokens[i] = int(t)
     for i in check_best:

@@ -8,8 +8,8 @@ Chunk sizes follow the budget, not fixed boundaries. The runner computes a promp
 however the prompt is chunked and whatever else shares the step, provided no chunk is a single token: a
 token computed alone in its sequence's micro-batch (a decode step) rounds differently (measured for llama.cpp
 in docs/engine.md). So a prompt chunk is never one token and never leaves one token behind (only a one-token
-prompt is computed as one), and chunking never changes an output. The prefix cache works in whole blocks of
-`block_size` prompt tokens, its addressing unit.
+prompt is computed as one), and chunking never changes an output. The prefix cache reuses any common prefix
+of prompt tokens (rounded down to `block_size`, 1 by default).
 
 Waiting order (docs/engine.md): every interactive request before any batch one (batch work fills idle
 capacity and is never promoted above interactive work); within the interactive class, the tenant with the
@@ -32,7 +32,7 @@ from sluicegate.engine.types import EngineRequest, FinishReason, Priority
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    block_size: int = 64  # prefix-cache block, in tokens: the unit of reuse (chunking does not depend on it)
+    block_size: int = 1  # prefix reuse granularity in tokens: 1 reuses any common prefix (docs/engine.md)
     max_batch_tokens: int = 512  # tokens one step may carry (decode tokens + prompt chunks); bounds step time
     min_prefill_chunk: int = 16  # a prompt chunk shorter than this (unless it ends the prompt) waits a step
     max_waiting: int = 256  # requests allowed to wait for a slot; beyond it: 503 overloaded
@@ -146,7 +146,8 @@ class Scheduler:
             self.finish(seq, FinishReason.EXPIRED, now)
             out.expired.append(seq)
         budget = self.config.max_batch_tokens
-        for seq in self.running:
+        # decode tokens in slot order: the runner computes them in that order, so their logits need no reordering
+        for seq in sorted(self.running, key=_slot):
             if not seq.in_prefill:
                 out.chunks.append(Chunk(seq, seq.pending_ids(), seq.num_computed, True))
                 budget -= 1
@@ -205,7 +206,7 @@ class Scheduler:
             if seq.status is not SeqStatus.RUNNING:
                 continue
             seq.num_computed += len(chunk.token_ids)
-            self._record_blocks(seq)
+            self._record(seq)
             if token is None:
                 continue
             seq.output_ids.append(token)
@@ -218,16 +219,17 @@ class Scheduler:
                 self.finish(seq, FinishReason.LENGTH, now)
         return results
 
-    def _record_blocks(self, seq: Seq) -> None:
-        """Publish the slot's newly prefilled whole prompt blocks to the prefix cache.
+    def _record(self, seq: Seq) -> None:
+        """Publish the slot's newly prefilled prompt tokens to the prefix cache.
 
         Generated tokens are never published: a decode step computes a token alone in its sequence's
         micro-batch, which rounds differently from the same token inside a prompt chunk, so reusing them
-        for a prompt that repeats them (a chat's next turn) would change that request's output.
+        for a prompt that repeats them (a chat's next turn) would change that request's output. For the
+        same reason a one-token prompt (computed as one token) is not published.
         """
         assert seq.slot is not None
         done = min(seq.num_computed, seq.prompt_len)
-        if done >= (self.slots.n_blocks(seq.slot) + 1) * self.config.block_size:
+        if seq.prompt_len > 1 and done > self.slots.n_cached(seq.slot):
             self.slots.record(seq.slot, seq.request.prompt_ids, done)
 
     def finish(self, seq: Seq, reason: FinishReason, now: float) -> None:
@@ -247,6 +249,10 @@ class Scheduler:
 def queue_has_room(config: SchedulerConfig, n_waiting: int, waiting_tokens: int, n_prompt_tokens: int) -> bool:
     """Whether one more request fits a queue holding `n_waiting` requests of `waiting_tokens` prompt tokens."""
     return n_waiting < config.max_waiting and waiting_tokens + n_prompt_tokens <= config.max_waiting_tokens
+
+
+def _slot(seq: Seq) -> int:
+    return -1 if seq.slot is None else seq.slot
 
 
 def _expired(seq: Seq, now: float) -> bool:

@@ -1,0 +1,203 @@
+"""Everyday chat traffic, side by side with llama.cpp's llama-server: where token-granular prefix reuse pays.
+
+    flock /tmp/sluicegate-bench.lock .venv/bin/python bench/multiturn.py --write          # the full run
+    ... bench/multiturn.py --levels 1 --rounds 1 --max-tokens 8 --servers sluicegate      # a smoke run
+
+Two workloads, streaming `POST /v1/chat/completions`, greedy, end-of-text banned (every reply is exactly
+`--max-tokens` tokens), the same servers and settings as bench/concurrency.py (same GGUF, 2 threads, one
+slot per client, 1,024 positions per slot):
+
+  short-shared  8 short user prompts behind one ~30-token system prompt, repeated: N clients in a closed
+                loop, max(4N, 16) requests (each prompt recurs, so a server can reuse the whole prompt,
+                not only the system prompt)
+  multi-turn    conversations of 4 turns (system prompt, then user/assistant turns), each turn resending
+                the whole history with the replies the server gave; N clients, each running conversations
+                one after the other, 2N conversations
+
+All servers run at once and take turns, `--rounds` times with the first server rotating; tokens/s is the
+median round's, the ratio the median of per-round ratios against llama-server, TTFT and latency percentiles
+over every round. "reused" is the share of prompt tokens the server reported as cached
+(`usage.prompt_tokens_details.cached_tokens`; llama-server reports it too). Each round's prompts carry the
+round number in the system prompt, so no round reuses another's cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import write_section
+from bench.concurrency import BANNED_EOS, Level, model_of, pct, pooled, server
+
+HEADING = "## Everyday chat: short shared prompts and multi-turn conversations"
+SYSTEM = "You are a helpful assistant for session {r}. Answer in plain words, briefly, and stay on the topic."
+QUESTIONS = [
+    "What is a lighthouse?", "How does bread rise?", "Why is the sky blue?", "How do I start at chess?",
+    "Why does a bicycle stay up?", "What is the water cycle?", "How do I make good coffee?",
+    "Why do birds migrate?",
+]
+FOLLOW_UPS = ["Tell me more.", "Give me an example.", "Summarise that in one sentence."]
+
+
+@dataclass
+class Stats(Level):
+    prompt_tokens: int = 0  # as the server reported them
+    cached_tokens: int = 0
+
+
+async def turn(c: httpx.AsyncClient, model: str, messages: list[dict[str, str]], max_tokens: int,
+               st: Stats) -> str:
+    """One streamed chat request; returns the reply's text (for the next turn's history)."""
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
+            "logit_bias": BANNED_EOS, "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first: float | None = None
+    parts: list[str] = []
+    usage: dict[str, Any] | None = None
+    async with c.stream("POST", "/v1/chat/completions", json=body) as r:
+        if r.status_code != 200:
+            st.errors += 1
+            await r.aread()
+            return ""
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            data = json.loads(line[6:])
+            usage = data.get("usage") or usage
+            for ch in data.get("choices") or []:
+                piece = (ch.get("delta") or {}).get("content")
+                if piece:
+                    parts.append(piece)
+                    first = first or time.perf_counter()
+    end = time.perf_counter()
+    st.ttft.append(((first or end) - t0) * 1e3)
+    st.latency.append((end - t0) * 1e3)
+    if usage:
+        n = int(usage.get("completion_tokens", 0))
+        st.tokens += n
+        st.prompt_tokens += int(usage.get("prompt_tokens", 0))
+        st.cached_tokens += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
+        if first is not None and n > 1:
+            st.tpot.append((end - first) * 1e3 / (n - 1))
+    return "".join(parts)
+
+
+async def short_shared(c: httpx.AsyncClient, model: str, st: Stats, rnd: int, max_tokens: int) -> None:
+    queue = [QUESTIONS[i % len(QUESTIONS)] for i in range(max(4 * st.clients, 2 * len(QUESTIONS)))]
+
+    async def client() -> None:
+        while queue:
+            q = queue.pop(0)
+            msgs = [{"role": "system", "content": SYSTEM.format(r=rnd)}, {"role": "user", "content": q}]
+            await turn(c, model, msgs, max_tokens, st)
+
+    await asyncio.gather(*(client() for _ in range(st.clients)))
+
+
+async def multi_turn(c: httpx.AsyncClient, model: str, st: Stats, rnd: int, max_tokens: int) -> None:
+    convs = list(range(2 * st.clients))
+
+    async def client() -> None:
+        while convs:
+            k = convs.pop(0)
+            msgs = [{"role": "system", "content": SYSTEM.format(r=rnd)}]
+            for user in [QUESTIONS[k % len(QUESTIONS)], *FOLLOW_UPS]:
+                msgs.append({"role": "user", "content": user})
+                reply = await turn(c, model, msgs, max_tokens, st)
+                msgs.append({"role": "assistant", "content": reply})
+
+    await asyncio.gather(*(client() for _ in range(st.clients)))
+
+
+WORKLOADS = {"short-shared": short_shared, "multi-turn": multi_turn}
+
+
+def run_level(kinds: list[str], workload: str, n: int, rounds: int, max_tokens: int, log: Path,
+              ) -> dict[str, list[Stats]]:
+    out: dict[str, list[Stats]] = {k: [] for k in kinds}
+    with contextlib.ExitStack() as stack:
+        urls = {k: stack.enter_context(server(k, n, log)) for k in kinds}
+        models = {k: model_of(u) for k, u in urls.items()}
+        for r in range(rounds):
+            for kind in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
+                st = Stats(kind, n)
+                asyncio.run(_timed(urls[kind], models[kind], st, workload, r, max_tokens))
+                out[kind].append(st)
+                share = st.cached_tokens / st.prompt_tokens if st.prompt_tokens else 0.0
+                print(f"{workload} {kind} x{n} round {r + 1}: {st.tps:.1f} tok/s, TTFT p50 "
+                      f"{pct(st.ttft, .5):.0f} ms p95 {pct(st.ttft, .95):.0f} ms, reused {share:.0%} of "
+                      f"{st.prompt_tokens} prompt tokens, errors {st.errors}", flush=True)
+    return out
+
+
+async def _timed(url: str, model: str, st: Stats, workload: str, rnd: int, max_tokens: int) -> None:
+    limits = httpx.Limits(max_connections=st.clients + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
+        await turn(c, model, [{"role": "user", "content": "Warm-up. Say hello."}], 4, Stats("warmup", 1))
+        t0 = time.perf_counter()
+        await WORKLOADS[workload](c, model, st, rnd, max_tokens)
+        st.wall = time.perf_counter() - t0
+
+
+def table(workload: str, runs: dict[tuple[str, int], list[Stats]], kinds: list[str], levels: list[int]) -> str:
+    rows = [f"\n**{workload}**\n", "| clients | server | tokens/s | TTFT p50 ms | TTFT p95 ms | latency p50 ms "
+            "| prompt tokens reused | ratio (per round) |", "|---|---|---|---|---|---|---|---|"]
+    for n in levels:
+        peer_runs = runs.get(("llama-server", n))
+        for kind in kinds:
+            lvs = runs[(kind, n)]
+            as_levels: list[Level] = list(lvs)
+            r = pooled(as_levels)
+            prompt = sum(s.prompt_tokens for s in lvs)
+            reused = f"{sum(s.cached_tokens for s in lvs) / prompt:.0%}" if prompt else "n/a"
+            ratio = ""
+            if kind != "llama-server" and peer_runs:
+                per = sorted(a.tps / b.tps for a, b in zip(lvs, peer_runs, strict=True) if b.tps)
+                ratio = f"{per[len(per) // 2]:.2f}x ({', '.join(f'{x:.2f}' for x in per)})"
+            rows.append(f"| {n} | {kind} | {r.tps:.1f} | {pct(r.ttft, .5):.0f} | {pct(r.ttft, .95):.0f} | "
+                        f"{pct(r.latency, .5):.0f} | {reused} | {ratio} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--levels", default="1,16")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workloads", default="short-shared,multi-turn")
+    ap.add_argument("--servers", default="sluicegate,llama-server")
+    ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
+    ap.add_argument("--write", action="store_true", help=f"replace docs/benchmarks.md's '{HEADING[3:]}'")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    kinds = args.servers.split(",")
+    tables = []
+    for workload in args.workloads.split(","):
+        runs: dict[tuple[str, int], list[Stats]] = {}
+        for n in levels:
+            for kind, sts in run_level(kinds, workload, n, args.rounds, args.max_tokens, args.log).items():
+                runs[(kind, n)] = sts
+        tables.append(table(workload, runs, kinds, levels))
+    cmd = " ".join(["bench/multiturn.py", *sys.argv[1:]])
+    text = "\n".join([
+        HEADING, "",
+        f"`{cmd}`: streaming chat, greedy, {args.max_tokens} tokens per reply, {args.rounds} interleaved "
+        "rounds (bench/multiturn.py's docstring has the workloads).", *tables,
+    ])
+    print(text)
+    if args.write:
+        write_section(HEADING, text)
+
+
+if __name__ == "__main__":
+    main()
