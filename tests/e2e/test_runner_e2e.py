@@ -103,3 +103,11 @@ def test_changing_the_thread_count_between_steps_changes_no_result() -> None:
         moving.close()
     assert got[0] == want[0]
     assert got[1] == want[1]
+
+
+def test_the_compute_thread_count_is_in_the_metrics(server: Server) -> None:
+    from sluicegate.backends.cpu_threads import usable_cores
+
+    text = httpx.get(f"{server.url}/metrics", timeout=60).text
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("sluicegate_compute_threads ")]
+    assert len(values) == 1 and 1 <= values[0] <= usable_cores()

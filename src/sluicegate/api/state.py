@@ -137,6 +137,10 @@ class AppState:
         await asyncio.to_thread(build_vocabulary, runner)  # ~0.3 s for 49k tokens: not on a request's path
         engine = Engine(runner, self.config.engine, registry=self.registry)
         engine.start()
+        if isinstance(getattr(runner, "compute_threads", None), int):  # the llama.cpp runner's
+            Gauge("sluicegate_compute_threads", "llama.cpp compute threads the last step used (fewer while other "
+                  "processes hold cores; docs/engine.md)", registry=self.registry).set_function(
+                lambda: float(getattr(runner, "compute_threads", 0)))
         self.engine = engine
         self.model = ServedModel(runner, AsyncEngine(engine), budget)
         self.batch.start(self.served, runner.limits.n_slots)

@@ -125,6 +125,11 @@ class LlamaCppRunner:
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
     @property
+    def compute_threads(self) -> int:
+        """Threads the last step used: the governor's choice (backends/cpu_threads.py), else the configured."""
+        return self._threads
+
+    @property
     def identity(self) -> ModelIdentity:
         return self._identity
 
