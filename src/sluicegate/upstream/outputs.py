@@ -16,7 +16,13 @@ MAX_ERROR_BODY = 4096  # bytes of an upstream's error answer read (and dropped) 
 def refuse_unsupported(name: str, req: EngineRequest, token_ids: bool) -> None:
     """What the hop cannot carry. A constraint goes upstream as its JSON schema (`response_format`) and is
     checked here token by token, which needs the upstream's token ids; a constraint that is no JSON schema
-    cannot go at all."""
+    cannot go at all. Logprobs come back named by token id (vLLM's `return_tokens_as_token_ids`) so they map
+    onto our vocabulary exactly; an upstream that returns no token ids (llama-server) names them by text, which
+    cannot be mapped back, so they are refused for it rather than guessed."""
+    if req.params.logprobs is not None and not token_ids:
+        raise ApiError("invalid_request", f"model {name} is served by an upstream engine that does not return "
+                       "token ids, so its logprobs cannot be mapped to tokens here; logprobs are not available "
+                       "for it", param="logprobs", code="unsupported_for_model")
     if req.constraint is not None and (not token_ids or getattr(req.constraint, "schema", None) is None):
         raise ApiError("invalid_request", f"model {name} is served by an upstream engine that does not return "
                        "token ids, so its JSON output cannot be checked here; constrained decoding "

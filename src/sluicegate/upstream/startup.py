@@ -50,8 +50,8 @@ async def _tokenize(http: httpx.AsyncClient, ep: Endpoint, name: str, headers: d
     ours = runner.tokenize(PROBE_TEXT, add_special=False)
     for body in ({"model": name, "prompt": PROBE_TEXT, "add_special_tokens": False}, {"content": PROBE_TEXT}):
         data = await _json(http, "POST", f"{ep.root}/tokenize", headers, body)
-        if data is None or not isinstance(data.get("tokens"), list):
-            continue
+        if data is None or not isinstance(data.get("tokens"), list) or not data["tokens"]:
+            continue  # not this shape (llama-server answers vLLM's body with no tokens, not an error)
         theirs = [t if isinstance(t, int) else t.get("id") if isinstance(t, dict) else None for t in data["tokens"]]
         if theirs != ours:
             raise UpstreamRefused(
