@@ -19,9 +19,9 @@ from tests.jobs.helpers import jsonl
 SLOW = ["--step-delay-ms", "30", "--eos-slope", "0", "--slots", "8", "--jobs-lease-s", "2", "--jobs-poll-s", "0.1"]
 
 
-def submit(url: str, n: int) -> str:
+def submit(url: str, n: int, max_tokens: int = 20) -> str:
     rows = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
-             "body": {"model": "reference", "prompt": f"item {i}", "max_tokens": 20, "temperature": 0}}
+             "body": {"model": "reference", "prompt": f"item {i}", "max_tokens": max_tokens, "temperature": 0}}
             for i in range(n)]
     with httpx.Client(base_url=url, timeout=30) as c:
         f = c.post("/v1/files", files={"file": ("in.jsonl", io.BytesIO(jsonl(rows)))}, data={"purpose": "batch"})
