@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field
 from pydantic.config import JsonValue
 
 from sluicegate.protocol.common import (
+    NULL_OR_EMPTY,
     WHOLE_NUMBER_RULE,
     ResponseModel,
     StrictModel,
@@ -42,12 +43,14 @@ Prompt = (
 COMPLETION_RULES: list[JsonValue] = [
     when(present("stream_options", {"type": "object"}), present("stream", {"const": True})),
     when(present("echo", {"const": True}), {"properties": {"logprobs": {"type": "null"}, "suffix": {"type": "null"}}}),
+    when(present("response_format", {"type": "object", "properties": {
+        "type": {"enum": ["json_object", "json_schema"]}}}), {"properties": {"stop": NULL_OR_EMPTY}}),
 ]
 COMPLETION_DESCRIPTION = (
     "Refused combinations this schema states (`allOf`): `stream_options` without `stream: true`; `echo` with "
-    "`logprobs` or `suffix`. Refused rules it cannot state (400, `code` names the rule): more than 16 prompts "
-    "times `n` (`too_many_choices`); `suffix` on a model without fill-in-the-middle tokens "
-    "(`unsupported_parameter`); token ids or `logit_bias` ids outside the model's vocabulary "
+    "`logprobs` or `suffix`; `stop` with JSON output (`response_format`). Refused rules it cannot state (400, "
+    "`code` names the rule): more than 16 prompts times `n` (`too_many_choices`); `suffix` on a model without "
+    "fill-in-the-middle tokens (`unsupported_parameter`); token ids or `logit_bias` ids outside the model's vocabulary "
     "(`invalid_token_id`); prompt plus `max_tokens` over the model's window (`context_length_exceeded`). "
     f"{WHOLE_NUMBER_RULE}"
 )

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from sluicegate.protocol.common import NOT_NULL, ResponseModel, StrictModel, present
+from sluicegate.protocol.common import NOT_NULL, ResponseModel, StrictModel, present, when
 from sluicegate.protocol.generate import GenerateOptions
 
 MetadataKey = Annotated[str, Field(min_length=1, max_length=64)]
@@ -35,6 +35,14 @@ class PredictionInput(StrictModel):
 
 
 class PredictionRequest(StrictModel):
+    """`options.parse_special` applies to `input.prompt` only (a chat template decides the control tokens of
+    messages): refused with `messages` (`invalid_combination`), as the schema's `allOf` states."""
+
+    model_config = StrictModel.model_config | {"json_schema_extra": {"allOf": [
+        when(present("input", present("messages", NOT_NULL)),
+             {"properties": {"options": {"properties": {"parse_special": {"const": False}}}}}),
+    ]}}
+
     input: PredictionInput
     model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`; "
                               "absent: the served model's current version (docs/predictions.md)")

@@ -7,11 +7,15 @@ from typing import Annotated
 
 from pydantic import Field
 
-from sluicegate.protocol.common import ResponseModel, StrictModel
+from sluicegate.protocol.common import NOT_NULL, ResponseModel, StrictModel, present
 from sluicegate.protocol.openai_chat import Message
 
 
 class TokenizeRequest(StrictModel):
+    model_config = StrictModel.model_config | {"json_schema_extra": {
+        "oneOf": [present("prompt", NOT_NULL), present("messages", NOT_NULL)],
+    }}
+
     model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")
     prompt: str | None = Field(None, description="text to tokenise (exactly one of prompt and messages)")
     messages: Annotated[list[Message], Field(min_length=1, max_length=1024)] | None = Field(
@@ -28,6 +32,10 @@ class TokenizeResponse(ResponseModel):
 
 
 class DetokenizeRequest(StrictModel):
+    model_config = StrictModel.model_config | {"json_schema_extra": {"description": (
+        "A rule this schema cannot state, as it depends on the model: every id must be below the model's "
+        "vocabulary size (`invalid_token_id`, naming the id: `tokens[i]`).")}}
+
     model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")
     tokens: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=1 << 17)]
 

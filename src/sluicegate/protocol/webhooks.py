@@ -8,12 +8,23 @@ from pydantic import Field
 
 from sluicegate.protocol.common import ResponseModel, StrictModel
 
+_PORT = "[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]"
+# The form webhooks/ssrf.py `check_url` accepts, in printable ASCII: http(s), a host, no user name or
+# password, a port of 1 to 65535, no whitespace or control characters.
+URL_PATTERN = rf"^[Hh][Tt][Tt][Pp][Ss]?://[A-Za-z0-9._~%-]+(:({_PORT}))?([/?#][!-~]*)?$"
+
 EventType = Literal["batch.completed", "batch.failed", "batch.cancelled", "batch.expired"]
 
 
 class WebhookEndpointCreate(StrictModel):
+    model_config = StrictModel.model_config | {"json_schema_extra": {"description": (
+        "Rules this schema cannot state: the URL's host must resolve (`url_unresolvable`) to public addresses "
+        "(`url_not_allowed`), and a key holds a bounded number of endpoints (`too_many_endpoints`); each names "
+        "`url`.")}}
+
     url: str = Field(min_length=1, max_length=2048, description="http(s) URL that receives the events; it must "
-                     "resolve to public addresses (docs/webhooks.md)")
+                     "resolve to public addresses (docs/webhooks.md)",
+                     json_schema_extra={"format": "uri", "pattern": URL_PATTERN})
     event_types: list[EventType] = Field(min_length=1, max_length=4, description="the events to receive")
 
 

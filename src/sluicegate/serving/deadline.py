@@ -17,7 +17,8 @@ No header: the server's default (`--default-timeout`; none by default). Every bu
 is capped by the server's maximum (`--max-timeout`, 1800 s): no request runs longer than that. A budget
 counts from the request's arrival (the first middleware's stamp), so reading, parsing and tokenising count.
 
-A malformed value (not a plain positive decimal number of seconds, or two different values) is refused with
+A malformed value (not a plain positive decimal number of seconds: `PATTERN`, which the OpenAPI document
+states; or two different values) is refused with
 `invalid_request` naming the header (422; 400 on the OpenAI routes), never ignored: a caller who sends a
 budget means it.
 """
@@ -41,7 +42,11 @@ HEADERS: tuple[tuple[str, str, bool], ...] = (
     ("x-stainless-timeout", "x-stainless-timeout", False),
 )
 _NODE = "x-stainless-timeout"
-_NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$")
+# A positive decimal number of seconds, as the OpenAPI document states it (api/routes/common.py): a non-zero
+# digit somewhere, at most 29 + 15 digits and a two-digit exponent, so float() of it is finite and above 0.
+PATTERN = (r"^([0-9]{0,14}[1-9][0-9]{0,14}(\.[0-9]{1,15})?|[0-9]{1,15}\.[0-9]{0,14}[1-9][0-9]{0,14})"
+           r"([eE][+-]?[0-9]{1,2})?$")
+_NUMBER = re.compile(PATTERN)
 DEFAULT_SOURCE = "the server's default timeout (--default-timeout)"
 MAX_SOURCE = "the server's maximum timeout (--max-timeout)"
 
@@ -63,7 +68,7 @@ def caller_timeout(headers: Mapping[str, Sequence[str]]) -> CallerTimeout | None
             raise _malformed(name, f"{name} was sent more than once, with different values")
         (text,) = values
         seconds = float(text) if _NUMBER.match(text) else math.nan
-        if key == _NODE and seconds == 0:
+        if key == _NODE and text == "0":
             seconds = 1.0  # the Node SDK's truncation of a sub-second timeout
         if not (math.isfinite(seconds) and seconds > 0):
             raise _malformed(name, f"{name} must be a positive number of seconds, such as 30 or 2.5")

@@ -82,7 +82,11 @@ async def _view(state: AppState, job_id: str, key_id: str | None) -> JobView:
 
 
 @router.post(BASE, response_model=BatchPrediction, status_code=202, responses=ERRORS,
-             summary="Queue prediction requests: a JSON list, or JSONL (application/jsonl) streamed")
+             summary="Queue prediction requests: a JSON list, or JSONL (application/jsonl) streamed",
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                 "type": "array", "items": {}, "description": "prediction requests (PredictionRequest); an item that "
+                 "is not one fails alone, its result naming the error; or the same as JSONL "
+                 "(application/jsonl), one a line"}}}}})
 async def create(request: Request) -> Response:
     ctx = context_of(request.scope)
     state = app_state(request)

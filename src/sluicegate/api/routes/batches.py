@@ -48,7 +48,8 @@ async def _view(state: AppState, batch_id: str, key_id: str | None) -> JobView:
 
 
 @router.post("/v1/batches", response_model=BatchObject, summary="Create a batch from an uploaded JSONL file",
-             responses=ERRORS)
+             responses=ERRORS, openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": {"$ref": "#/components/schemas/BatchCreateRequest"}}}}})
 async def create_batch(request: Request) -> Response:
     ctx = context_of(request.scope)
     state = app_state(request)

@@ -13,6 +13,7 @@ from sluicegate.api.jsonbody import parse_json, validate
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.state import app_state
 from sluicegate.api.validation import plain_name
+from sluicegate.serving import deadline
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import STATUS, ApiError
 from sluicegate.serving.models import ServedModel
@@ -76,7 +77,7 @@ def work_doc() -> dict[str, Any]:
     """OpenAPI `parameters` of a route that creates work: Idempotency-Key and the caller's time budget."""
     timeout = {
         "name": "X-Request-Timeout", "in": "header", "required": False,
-        "schema": {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$"},
+        "schema": {"type": "string", "pattern": deadline.PATTERN},
         "description": "the caller's time budget in seconds, for the whole answer (streams too); the official "
                        "SDKs' x-stainless-read-timeout / x-stainless-timeout are read when it is absent "
                        "(docs/timeouts.md)",

@@ -42,7 +42,10 @@ def not_found(what: str, param: str) -> ApiError:
 
 
 @router.post("/v1/files", response_model=FileObject, summary="Upload a batch input file (multipart: file, purpose)",
-             responses=ERRORS)
+             responses=ERRORS, openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {
+                 "schema": {"type": "object", "required": ["file", "purpose"], "properties": {
+                     "file": {"type": "string", "format": "binary", "description": "JSONL, one request a line"},
+                     "purpose": {"type": "string", "enum": ["batch"]}}}}}}})
 async def upload_file(request: Request) -> Response:
     ctx = context_of(request.scope)
     state = app_state(request)

@@ -120,7 +120,9 @@ async def get_prediction(request: Request, prediction_id: str) -> Response:
 async def list_predictions(
     request: Request,
     limit: int = Query(20, ge=1, le=100),
-    after: str | None = Query(None, max_length=64),
+    after: str | None = Query(None, max_length=64, json_schema_extra={"pattern": "^" + _ID.pattern + "$"},
+                              description="the `last_id` of the previous page; one that names no prediction of "
+                              "this key is refused (`invalid_cursor`): stored state, not a schema rule"),
 ) -> Response:
     ctx = context_of(request.scope)
     for name in request.query_params:
