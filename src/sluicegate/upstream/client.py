@@ -2,12 +2,13 @@
 serving core and every surface run on it unchanged; one task per run speaks HTTP to the upstream.
 
 The ladder of one run (docs/timeouts.md): an attempt has `attempt_timeout_s` to its first token (connect
-included, `connect_timeout_s` at most), and never more than the caller's remaining budget (`deadline`, and
-before the first token a stream's `first_token_deadline`: api/middleware/deadline.py sets both); after the
-first token each chunk must come within `read_timeout_s`, and the whole run ends at the deadline (EXPIRED:
-504 deadline_exceeded, or the error event of a stream). Retries happen here and nowhere else: at most `retries`, only before the
-first token, only for connect errors and 502/503/504, after a jittered backoff, and only when a whole
-attempt still fits the remaining budget after it, so no retry can outlive its caller.
+included, `connect_timeout_s` at most), and never more than the caller's remaining budget: the request's
+`deadline` and, until the first token, a stream's `first_token_deadline` (both from the caller's timeout
+headers, serving/deadline.py). After the first token each chunk must come within `read_timeout_s`, and the
+whole run ends at the deadline (EXPIRED: 504 deadline_exceeded; a stream's error event). Retries happen here
+and nowhere else: at most `retries`, only before the first token, only for connect errors and 502/503/504,
+after a jittered backoff, and only when a whole attempt still fits the remaining budget after it, so no
+retry can outlive its caller.
 """
 
 from __future__ import annotations
