@@ -55,8 +55,10 @@ def _pairs(values: list[str], flag: str) -> dict[str, str]:
     return out
 
 
-def upstream_from_args(args: argparse.Namespace, default_name: str | None) -> UpstreamConfig:
-    """The UpstreamConfig of the flags; ValueError (the operator's message) for one that cannot work."""
+def upstream_from_args(args: argparse.Namespace, default_name: str | None, *,
+                       max_timeout_s: float | None) -> UpstreamConfig:
+    """The UpstreamConfig of the flags; ValueError (the operator's message) for one that cannot work.
+    `max_timeout_s`: the server's cap on every budget (`--max-timeout`), which the whole ladder must fit."""
     targets = []
     for v in args.upstream:
         name, sep, url = v.partition("=")
@@ -92,7 +94,7 @@ def upstream_from_args(args: argparse.Namespace, default_name: str | None) -> Up
         retries=args.upstream_retries, backoff_s=args.upstream_backoff,
         breaker_failures=args.upstream_breaker_failures, breaker_open_s=args.upstream_breaker_open,
     )
-    cfg.check(args.max_timeout)  # the whole ladder fits the longest caller budget
+    cfg.check(max_timeout_s)
     return cfg
 
 

@@ -19,8 +19,13 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["serve", *argv])
 
 
+def upstream_of(args: argparse.Namespace, name: str) -> UpstreamConfig:
+    """As `serve` calls it: the ladder must fit the parsed --max-timeout."""
+    return cli_upstream.upstream_from_args(args, name, max_timeout_s=args.max_timeout)
+
+
 def test_defaults_fit_and_no_upstream_is_the_default() -> None:
-    cfg = cli_upstream.upstream_from_args(parse(), "m")
+    cfg = upstream_of(parse(), "m")
     assert cfg == UpstreamConfig()
     assert cfg.ladder_s() == 2 * 20.0 + 0.2 <= DeadlineConfig().max_timeout_s
 
@@ -33,7 +38,7 @@ def test_every_ladder_knob_has_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
                  "--upstream-attempt-timeout", "5", "--upstream-read-timeout", "7", "--upstream-retries", "2",
                  "--upstream-backoff", "0.5", "--upstream-breaker-failures", "3",
                  "--upstream-breaker-open", "4")
-    cfg = cli_upstream.upstream_from_args(args, "small")
+    cfg = upstream_of(args, "small")
     assert cfg.targets == (UpstreamTarget("small", "http://a:1/v1"), UpstreamTarget("big", "http://b:2/v1"))
     assert UpstreamModel("big", "v3", "sha256:" + "ab" * 32, Path("/m/big.gguf")) in cfg.models
     assert cfg.api_key == "from-env" and not cfg.local_model
@@ -43,7 +48,7 @@ def test_every_ladder_knob_has_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     # each has a flag, set above, but the pool size
     assert knobs == {"connect_timeout_s", "attempt_timeout_s", "read_timeout_s", "retries", "backoff_s",
                      "breaker_failures", "breaker_open_s", "max_connections"}
-    assert cli_upstream.upstream_from_args(parse("--upstream", "http://a/v1", "--upstream-key", "k"),
+    assert upstream_of(parse("--upstream", "http://a/v1", "--upstream-key", "k"),
                                            None).api_key == "k"
 
 
@@ -59,7 +64,7 @@ def test_every_ladder_knob_has_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
 ])
 def test_a_configuration_that_cannot_work_is_refused_with_the_numbers(argv: tuple[str, ...], says: str) -> None:
     with pytest.raises(ValueError) as info:
-        cli_upstream.upstream_from_args(parse(*argv), "m")
+        upstream_of(parse(*argv), "m")
     assert says in str(info.value)
 
 
@@ -85,6 +90,6 @@ def test_the_breaker_opens_refuses_then_lets_one_trial_through() -> None:
 
 
 def test_a_name_an_upstream_serves_is_not_also_served_locally() -> None:
-    assert not cli_upstream.upstream_from_args(parse("--upstream", "http://a/v1"), "m").local_model
-    assert not cli_upstream.upstream_from_args(parse("--upstream", "m=http://a/v1"), "m").local_model
-    assert cli_upstream.upstream_from_args(parse("--upstream", "big=http://a/v1"), "m").local_model
+    assert not upstream_of(parse("--upstream", "http://a/v1"), "m").local_model
+    assert not upstream_of(parse("--upstream", "m=http://a/v1"), "m").local_model
+    assert upstream_of(parse("--upstream", "big=http://a/v1"), "m").local_model
