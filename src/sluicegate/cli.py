@@ -216,7 +216,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.model is None:
         name, version = name or "smollm2-135m-instruct", version or "q4_1"
     try:  # before any import of the model's runtime: a configuration that cannot work exits at once
-        upstream = cli_upstream.upstream_from_args(args, name)
+        upstream = cli_upstream.upstream_from_args(args, name, max_timeout_s=args.max_timeout)
     except ValueError as exc:
         print(f"sluicegate: {exc}", file=sys.stderr)
         return 2

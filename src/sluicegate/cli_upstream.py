@@ -39,8 +39,6 @@ def add_upstream_args(p: argparse.ArgumentParser) -> None:
                    help="retries before the first token (connect errors, 502/503/504)")
     g.add_argument("--upstream-backoff", type=float, default=d.backoff_s, metavar="S",
                    help="wait before a retry, jittered over [S/2, S]")
-    g.add_argument("--upstream-max-budget", type=float, default=d.max_budget_s, metavar="S",
-                   help="the longest caller budget; the whole ladder must fit in it (checked at start)")
     g.add_argument("--upstream-breaker-failures", type=int, default=d.breaker_failures,
                    help="consecutive failures that open an upstream's circuit")
     g.add_argument("--upstream-breaker-open", type=float, default=d.breaker_open_s, metavar="S",
@@ -57,8 +55,10 @@ def _pairs(values: list[str], flag: str) -> dict[str, str]:
     return out
 
 
-def upstream_from_args(args: argparse.Namespace, default_name: str | None) -> UpstreamConfig:
-    """The UpstreamConfig of the flags; ValueError (the operator's message) for one that cannot work."""
+def upstream_from_args(args: argparse.Namespace, default_name: str | None, *,
+                       max_timeout_s: float | None) -> UpstreamConfig:
+    """The UpstreamConfig of the flags; ValueError (the operator's message) for one that cannot work.
+    `max_timeout_s`: the server's cap on every budget (`--max-timeout`), which the whole ladder must fit."""
     targets = []
     for v in args.upstream:
         name, sep, url = v.partition("=")
@@ -91,10 +91,10 @@ def upstream_from_args(args: argparse.Namespace, default_name: str | None) -> Up
         targets=tuple(targets), models=models, api_key=args.upstream_key or os.environ.get(KEY_ENV) or None,
         local_model=local, connect_timeout_s=args.upstream_connect_timeout,
         attempt_timeout_s=args.upstream_attempt_timeout, read_timeout_s=args.upstream_read_timeout,
-        retries=args.upstream_retries, backoff_s=args.upstream_backoff, max_budget_s=args.upstream_max_budget,
+        retries=args.upstream_retries, backoff_s=args.upstream_backoff,
         breaker_failures=args.upstream_breaker_failures, breaker_open_s=args.upstream_breaker_open,
     )
-    cfg.check()
+    cfg.check(max_timeout_s)
     return cfg
 
 

@@ -154,7 +154,6 @@ class UpstreamConfig:
     read_timeout_s: float = 30.0  # longest silence between two chunks once the first token came
     retries: int = 1  # extra attempts, only before the first token, only for connect errors and 502/503/504
     backoff_s: float = 0.2  # wait before a retry, jittered uniformly over [backoff/2, backoff]
-    max_budget_s: float = 300.0  # the longest budget a caller may have (the route's cap); the ladder must fit it
     breaker_failures: int = 5  # consecutive failures that open an upstream's circuit
     breaker_open_s: float = 10.0  # an open circuit refuses (503 + Retry-After) this long, then lets one try
     max_connections: int = 256  # pooled connections per upstream process-wide
@@ -163,20 +162,22 @@ class UpstreamConfig:
         """The worst case of the ladder before a first token: every attempt timing out, every backoff."""
         return (1 + self.retries) * self.attempt_timeout_s + self.retries * self.backoff_s
 
-    def check(self) -> None:
-        """Refuse a configuration whose ladder cannot fit the budget (start-up; ValueError names the knobs)."""
+    def check(self, max_timeout_s: float | None) -> None:
+        """Refuse a configuration whose ladder cannot fit the longest budget a caller may have (start-up;
+        ValueError names the knobs): `DeadlineConfig.max_timeout_s` (`--max-timeout`), which caps every
+        request's budget; None, no cap: any ladder fits."""
         if self.retries < 0 or self.attempt_timeout_s <= 0 or self.backoff_s < 0 or self.connect_timeout_s <= 0:
             raise ValueError("upstream timeouts must be positive and retries at least 0")
         if self.connect_timeout_s > self.attempt_timeout_s:
             raise ValueError(f"--upstream-connect-timeout ({self.connect_timeout_s:g} s) exceeds "
                              f"--upstream-attempt-timeout ({self.attempt_timeout_s:g} s)")
         worst = self.ladder_s()
-        if worst > self.max_budget_s:
+        if max_timeout_s is not None and worst > max_timeout_s:
             raise ValueError(
                 f"the upstream ladder does not fit the budget: {1 + self.retries} attempts x "
                 f"{self.attempt_timeout_s:g} s + {self.retries} x {self.backoff_s:g} s backoff = {worst:g} s, "
-                f"more than --upstream-max-budget {self.max_budget_s:g} s; lower --upstream-attempt-timeout or "
-                "--upstream-retries"
+                f"more than --max-timeout {max_timeout_s:g} s; lower --upstream-attempt-timeout or "
+                "--upstream-retries, or raise --max-timeout"
             )
 
 

@@ -19,11 +19,13 @@ import pytest
 
 from sluicegate.api.routes.metrics import parse_metrics
 from sluicegate.backends.base import BatchItem, Logits
+from sluicegate.backends.reference import EOS_ID
 from sluicegate.config import Config, DeadlineConfig
 from sluicegate.engine import Engine, EngineRequest, SchedulerConfig
 from tests.api.threaded_server import SlowRunner, Threaded, threaded_server
 
 DELAY = 0.01  # seconds every engine step takes at least
+NO_EOS = {str(EOS_ID): -100}  # a run that goes on to its max_tokens
 NO_ADMISSION = Config(engine=SchedulerConfig(deadline_admission=False))
 
 
@@ -169,7 +171,7 @@ def test_a_stream_cut_mid_generation_ends_with_the_error_event_then_done() -> No
         seen = record_submits(eng)
         runner.hold_after = runner.calls + 1  # the prompt's step gives the first token; the next waits
         releaser = release_after_deadline(runner, seen)
-        body = {"model": "reference", "prompt": "Hi", "max_tokens": 1500, "stream": True}
+        body = {"model": "reference", "prompt": "Hi", "max_tokens": 1500, "stream": True, "logit_bias": NO_EOS}
         with http.stream("POST", "/v1/completions", json=body, headers={"X-Request-Timeout": "3"}) as r:
             assert r.status_code == 200
             evts = events(r.iter_lines())
@@ -200,7 +202,7 @@ def test_a_whole_answer_cut_mid_generation_is_a_504() -> None:
 
 def test_a_queued_request_whose_deadline_passes_is_dropped_before_any_compute() -> None:
     with served(n_slots=1) as (s, _, eng), httpx.Client(base_url=s.url, timeout=120) as http:
-        body = {"model": "reference", "prompt": "Hi", "max_tokens": 1500, "stream": True}
+        body = {"model": "reference", "prompt": "Hi", "max_tokens": 1500, "stream": True, "logit_bias": NO_EOS}
         with http.stream("POST", "/v1/completions", json=body) as blocker:  # holds the only slot for >= 15 s
             lines = blocker.iter_lines()
             next(lines)
@@ -233,8 +235,12 @@ def test_cold_start_refuses_nothing_by_forecast() -> None:
 
 def test_shedding_and_the_never_fits_4xx_once_the_speed_is_measured() -> None:
     with served(Config(), n_slots=1) as (s, _, eng), httpx.Client(base_url=s.url, timeout=120) as http:
-        warm = http.post("/v1/generate", json={"prompt": "Hi", "max_new_tokens": 150})  # >= 1.5 s of steps
-        assert warm.status_code == 200 and eng.speed.measured
+        # >= 1.5 s of steps: the end-of-text token is forbidden, or a sampled one ends the run early (the
+        # reference model samples it now and then), before the forecast has measured enough work
+        warm = http.post("/v1/completions", json={"model": "reference", "prompt": "Hi", "max_tokens": 150,
+                                                  "logit_bias": NO_EOS})
+        assert warm.status_code == 200 and warm.json()["usage"]["completion_tokens"] == 150
+        assert eng.speed.measured  # every step is measured before its token is sent
         # never fits: 1000 new tokens take >= 10 s even idle (every step sleeps 10 ms)
         r = http.post("/v1/generate", json={"prompt": "Hi", "max_new_tokens": 1000},
                       headers={"X-Request-Timeout": "2.5"})
@@ -255,7 +261,7 @@ def test_shedding_and_the_never_fits_4xx_once_the_speed_is_measured() -> None:
         assert (e["code"], e["param"]) == ("deadline_too_short", "x-stainless-read-timeout")
         assert "first token" in e["message"]
 
-        body = {"model": "reference", "prompt": "Hi", "max_tokens": 1800, "stream": True}
+        body = {"model": "reference", "prompt": "Hi", "max_tokens": 1800, "stream": True, "logit_bias": NO_EOS}
         with http.stream("POST", "/v1/completions", json=body) as blocker:  # the only slot, >= 18 s of work
             lines = blocker.iter_lines()
             next(lines)

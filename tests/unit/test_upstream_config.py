@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sluicegate import cli, cli_upstream
-from sluicegate.config import UpstreamConfig, UpstreamModel, UpstreamTarget
+from sluicegate.config import DeadlineConfig, UpstreamConfig, UpstreamModel, UpstreamTarget
 from sluicegate.upstream.pool import Endpoint, pick
 
 
@@ -19,10 +19,15 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["serve", *argv])
 
 
+def upstream_of(args: argparse.Namespace, name: str) -> UpstreamConfig:
+    """As `serve` calls it: the ladder must fit the parsed --max-timeout."""
+    return cli_upstream.upstream_from_args(args, name, max_timeout_s=args.max_timeout)
+
+
 def test_defaults_fit_and_no_upstream_is_the_default() -> None:
-    cfg = cli_upstream.upstream_from_args(parse(), "m")
+    cfg = upstream_of(parse(), "m")
     assert cfg == UpstreamConfig()
-    assert cfg.ladder_s() == 2 * 20.0 + 0.2 <= cfg.max_budget_s
+    assert cfg.ladder_s() == 2 * 20.0 + 0.2 <= DeadlineConfig().max_timeout_s
 
 
 def test_every_ladder_knob_has_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,25 +36,25 @@ def test_every_ladder_knob_has_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
                  "--upstream-version", "big=v3", "--upstream-digest", "big=sha256:" + "ab" * 32,
                  "--upstream-tokenizer", "big=/m/big.gguf", "--upstream-connect-timeout", "1",
                  "--upstream-attempt-timeout", "5", "--upstream-read-timeout", "7", "--upstream-retries", "2",
-                 "--upstream-backoff", "0.5", "--upstream-max-budget", "60", "--upstream-breaker-failures", "3",
+                 "--upstream-backoff", "0.5", "--upstream-breaker-failures", "3",
                  "--upstream-breaker-open", "4")
-    cfg = cli_upstream.upstream_from_args(args, "small")
+    cfg = upstream_of(args, "small")
     assert cfg.targets == (UpstreamTarget("small", "http://a:1/v1"), UpstreamTarget("big", "http://b:2/v1"))
     assert UpstreamModel("big", "v3", "sha256:" + "ab" * 32, Path("/m/big.gguf")) in cfg.models
     assert cfg.api_key == "from-env" and not cfg.local_model
     assert (cfg.connect_timeout_s, cfg.attempt_timeout_s, cfg.read_timeout_s, cfg.retries, cfg.backoff_s,
-            cfg.max_budget_s, cfg.breaker_failures, cfg.breaker_open_s) == (1, 5, 7, 2, 0.5, 60, 3, 4)
+            cfg.breaker_failures, cfg.breaker_open_s) == (1, 5, 7, 2, 0.5, 3, 4)
     knobs = {f.name for f in dataclasses.fields(UpstreamConfig)} - {"targets", "models", "api_key", "local_model"}
     # each has a flag, set above, but the pool size
     assert knobs == {"connect_timeout_s", "attempt_timeout_s", "read_timeout_s", "retries", "backoff_s",
-                     "max_budget_s", "breaker_failures", "breaker_open_s", "max_connections"}
-    assert cli_upstream.upstream_from_args(parse("--upstream", "http://a/v1", "--upstream-key", "k"),
+                     "breaker_failures", "breaker_open_s", "max_connections"}
+    assert upstream_of(parse("--upstream", "http://a/v1", "--upstream-key", "k"),
                                            None).api_key == "k"
 
 
 @pytest.mark.parametrize(("argv", "says"), [
-    (("--upstream-attempt-timeout", "100", "--upstream-retries", "3", "--upstream", "http://a/v1"),
-     "4 attempts x 100 s + 3 x 0.2 s backoff = 400.6 s, more than --upstream-max-budget 300 s"),
+    (("--upstream-attempt-timeout", "100", "--upstream-retries", "3", "--upstream", "http://a/v1", "--max-timeout",
+      "300"), "4 attempts x 100 s + 3 x 0.2 s backoff = 400.6 s, more than --max-timeout 300 s"),
     (("--upstream", "http://a:1"), "/v1 included"),
     (("--upstream", "ftp://a/v1"), "http(s) URL"),
     (("--no-local-model",), "needs at least one --upstream"),
@@ -59,7 +64,7 @@ def test_every_ladder_knob_has_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
 ])
 def test_a_configuration_that_cannot_work_is_refused_with_the_numbers(argv: tuple[str, ...], says: str) -> None:
     with pytest.raises(ValueError) as info:
-        cli_upstream.upstream_from_args(parse(*argv), "m")
+        upstream_of(parse(*argv), "m")
     assert says in str(info.value)
 
 
@@ -85,6 +90,6 @@ def test_the_breaker_opens_refuses_then_lets_one_trial_through() -> None:
 
 
 def test_a_name_an_upstream_serves_is_not_also_served_locally() -> None:
-    assert not cli_upstream.upstream_from_args(parse("--upstream", "http://a/v1"), "m").local_model
-    assert not cli_upstream.upstream_from_args(parse("--upstream", "m=http://a/v1"), "m").local_model
-    assert cli_upstream.upstream_from_args(parse("--upstream", "big=http://a/v1"), "m").local_model
+    assert not upstream_of(parse("--upstream", "http://a/v1"), "m").local_model
+    assert not upstream_of(parse("--upstream", "m=http://a/v1"), "m").local_model
+    assert upstream_of(parse("--upstream", "big=http://a/v1"), "m").local_model

@@ -1,7 +1,6 @@
 """A fault-injecting fake upstream: a small raw-ASGI app on a real socket, speaking vLLM's `/tokenize` and a
-streamed `/v1/completions`, with one scripted behaviour per completion request; and the helpers that serve
-an app in a thread, and set a request's deadline for tests (the `X-Test-Deadline` header, read by a
-test-only middleware, so the code under test reads `RequestContext.deadline` alone)."""
+streamed `/v1/completions`, with one scripted behaviour per completion request; and the helper that serves
+an app in a thread."""
 
 from __future__ import annotations
 
@@ -112,31 +111,6 @@ class FakeUpstream:
 async def _json(send: Send, status: int, obj: Any) -> None:
     await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": json.dumps(obj).encode()})
-
-
-class DeadlineFromHeader:
-    """Test-only: `X-Test-Deadline: S` makes the request's deadline arrival + S (RequestContext.deadline),
-    set the moment the request-context middleware creates the context."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        raw = dict(scope.get("headers", [])).get(b"x-test-deadline")
-        if scope["type"] == "http" and raw:
-            scope["state"] = _SetDeadline(float(raw), scope.get("state") or {})
-        await self.app(scope, receive, send)
-
-
-class _SetDeadline(dict[str, Any]):
-    def __init__(self, seconds: float, base: dict[str, Any]) -> None:
-        super().__init__(base)
-        self.seconds = seconds
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key == "ctx":
-            value.deadline = value.arrival + self.seconds
-        super().__setitem__(key, value)
 
 
 @contextmanager

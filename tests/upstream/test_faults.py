@@ -15,7 +15,7 @@ import pytest
 from sluicegate.api.app import create_app
 from sluicegate.backends.reference import ReferenceRunner
 from sluicegate.config import Config, UpstreamConfig, UpstreamTarget
-from tests.upstream.fake import DeadlineFromHeader, FakeUpstream, serve
+from tests.upstream.fake import FakeUpstream, serve
 
 Make = Callable[..., Any]
 
@@ -31,7 +31,7 @@ def stack(fake: FakeUpstream, *, local: bool = False, script: tuple[str, ...] = 
         cfg = UpstreamConfig(targets=tuple(UpstreamTarget("fake", f"{u}/v1") for u in urls), local_model=local,
                              **{"backoff_s": 0.01, **ladder})
         app = create_app(Config(upstream=cfg), lambda: ReferenceRunner(n_ctx=512, n_slots=2))
-        with serve(DeadlineFromHeader(app)) as url:
+        with serve(app) as url:
             _wait_loaded(url)
             for f in (fake, also):
                 if f is not None:
@@ -52,7 +52,7 @@ def _wait_loaded(url: str) -> None:
 
 
 def gen(url: str, deadline: float | None = None, **body: Any) -> httpx.Response:
-    headers = {} if deadline is None else {"X-Test-Deadline": str(deadline)}
+    headers = {} if deadline is None else {"X-Request-Timeout": str(deadline)}  # the caller's budget
     payload = {"prompt": "Hello there", "max_new_tokens": 4, "temperature": 0, "model": "fake", **body}
     return httpx.post(f"{url}/v1/generate", json=payload, headers=headers, timeout=60)
 
@@ -118,6 +118,21 @@ def test_a_hang_ends_at_the_callers_deadline_with_one_attempt(fake: FakeUpstream
     with stack(fake, script=("hang",) * 3, attempt_timeout_s=30.0) as url:
         r = gen(url, deadline=3.0)
         assert r.status_code == 504 and error(r)["type"] == "deadline_exceeded"
+        assert fake.completions() == ["hang"]
+        _eventually(lambda: fake.left == ["hang"])
+
+
+def test_a_streams_first_token_deadline_ends_a_hang_with_one_attempt(fake: FakeUpstream) -> None:
+    """An SDK's read timeout bounds only a stream's first token (docs/timeouts.md): the ladder waits no longer
+    for it than that, though its attempt timeout is far longer, and makes no retry that cannot fit it."""
+    with stack(fake, script=("hang",) * 3, attempt_timeout_s=30.0) as url:
+        body = {"model": "fake", "prompt": "Hello", "max_tokens": 4, "temperature": 0, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60,
+                          headers={"x-stainless-read-timeout": "2"}) as r:
+            events = _events(r.iter_lines())
+        assert r.status_code == 200 and events[-1] == ("", "[DONE]")
+        kind, data = events[-2]
+        assert kind == "error" and json.loads(data)["error"]["type"] == "deadline_exceeded"
         assert fake.completions() == ["hang"]
         _eventually(lambda: fake.left == ["hang"])
 

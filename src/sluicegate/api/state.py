@@ -167,13 +167,15 @@ class AppState:
 
     def served(self, requested: str | None = None) -> ServedModel:
         """The model a request names (`name` or `name@version`; None: the local model, else the first
-        upstream); an unknown one is 404 model_not_found listing what is served."""
+        upstream). An unknown name is 404 model_not_found listing what is served; a served name with a
+        version it lacks is the model's own answer (`ServedModel.resolve`: model_version_not_found, listing
+        its versions), the one resolution every route shares."""
         if self.models:
             if requested is None:
                 return self.model or next(iter(self.models.values()))
-            name = requested.split("@", 1)[0]
-            found = self.models.get(name)
-            if found is not None and requested in (name, found.identity.ref):
+            found = self.models.get(requested.split("@", 1)[0])
+            if found is not None:
+                found.resolve(requested)
                 return found
             refs = ", ".join(sorted(m.identity.ref for m in self.models.values()))
             raise ApiError("model_not_found", f"no such model; this server serves {refs}", param="model",

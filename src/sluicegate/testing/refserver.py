@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from sluicegate.api.app import create_app
     from sluicegate.api.server.run import serve_app
     from sluicegate.cli import add_connection_args, connections_from_args
-    from sluicegate.config import Config, IdempotencyConfig, JobsConfig, LimitsConfig, RateLimitConfig
+    from sluicegate.config import Config, DeadlineConfig, IdempotencyConfig, JobsConfig, LimitsConfig, RateLimitConfig
 
     p = argparse.ArgumentParser(prog="refserver", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = Config(upstream=cli_upstream.upstream_from_args(args, "reference"),
+    upstream = cli_upstream.upstream_from_args(args, "reference", max_timeout_s=DeadlineConfig().max_timeout_s)
+    config = Config(upstream=upstream,
                     limits=LimitsConfig(max_body_bytes=args.max_body_bytes, drain_s=args.drain_seconds),
                     connections=connections_from_args(args),
                     ratelimit=RateLimitConfig(redis_url=args.redis_url),

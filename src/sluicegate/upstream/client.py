@@ -2,11 +2,13 @@
 serving core and every surface run on it unchanged; one task per run speaks HTTP to the upstream.
 
 The ladder of one run (docs/timeouts.md): an attempt has `attempt_timeout_s` to its first token (connect
-included, `connect_timeout_s` at most), and never more than the caller's remaining budget (`deadline`);
-after the first token each chunk must come within `read_timeout_s`, and the whole run ends at the deadline
-(EXPIRED: 504 deadline_exceeded). Retries happen here and nowhere else: at most `retries`, only before the
-first token, only for connect errors and 502/503/504, after a jittered backoff, and only when a whole
-attempt still fits the remaining budget after it, so no retry can outlive its caller.
+included, `connect_timeout_s` at most), and never more than the caller's remaining budget: the request's
+`deadline` and, until the first token, a stream's `first_token_deadline` (both from the caller's timeout
+headers, serving/deadline.py). After the first token each chunk must come within `read_timeout_s`, and the
+whole run ends at the deadline (EXPIRED: 504 deadline_exceeded; a stream's error event). Retries happen here
+and nowhere else: at most `retries`, only before the first token, only for connect errors and 502/503/504,
+after a jittered backoff, and only when a whole attempt still fits the remaining budget after it, so no
+retry can outlive its caller.
 """
 
 from __future__ import annotations
@@ -118,8 +120,11 @@ class AsyncUpstream:
             final = end(req, FinishReason.ERROR, sink)
         sink.put(final)
 
-    def _left(self, req: EngineRequest) -> float | None:
-        return None if req.deadline is None else req.deadline - time.monotonic()
+    @staticmethod
+    def _left(req: EngineRequest, *, first: bool) -> float | None:
+        """Seconds left of the caller's budget; `first`: for the first token (a stream's own deadline too)."""
+        ends = [d for d in (req.deadline, req.first_token_deadline if first else None) if d is not None]
+        return min(ends) - time.monotonic() if ends else None
 
     async def _ladder(self, req: EngineRequest, sink: Sink, start: float) -> RequestOutput:
         cfg = self.cfg
@@ -134,7 +139,7 @@ class AsyncUpstream:
             try:
                 return await self._attempt(ep, body, req, sink, start)
             except UpstreamFailure as f:
-                left = self._left(req)
+                left = self._left(req, first=True)  # a retry is only ever before the first token
                 backoff = random.uniform(cfg.backoff_s / 2, cfg.backoff_s)
                 fits = left is None or left - backoff >= cfg.attempt_timeout_s
                 if not (f.retryable and attempt < cfg.retries and fits):
@@ -146,7 +151,7 @@ class AsyncUpstream:
     async def _attempt(self, ep: Endpoint, body: dict[str, object], req: EngineRequest,
                        sink: Sink, start: float) -> RequestOutput:
         """One attempt; the first token ends the retryable part (failures after it are never retried)."""
-        left = self._left(req)
+        left = self._left(req, first=True)
         if left is not None and left <= 0:
             raise _Expired
         first_s = self.cfg.attempt_timeout_s if left is None else min(self.cfg.attempt_timeout_s, left)
@@ -174,7 +179,7 @@ class AsyncUpstream:
                 finally:
                     await resp.aclose()
         except TimeoutError:
-            left = self._left(req)
+            left = self._left(req, first=True)
             if left is not None and left <= 0:
                 healthy = None
                 raise _Expired from None
@@ -227,7 +232,7 @@ class AsyncUpstream:
             if chunk.text or chunk.token_ids:
                 if first is None:
                     first = time.monotonic()
-                    left = self._left(req)
+                    left = self._left(req, first=False)
                     tm.reschedule(None if left is None else loop.time() + left)  # now only the deadline binds
                 if generated is not None:
                     generated += len(chunk.token_ids)

@@ -1,7 +1,7 @@
 """Batch jobs: files and their chunks, jobs, items (leases, results written once).
 
 Revision ID: 0005
-Revises: 0006
+Revises: 0004
 Create Date: 2026-11-30
 """
 

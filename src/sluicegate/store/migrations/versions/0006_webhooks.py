@@ -1,7 +1,7 @@
 """Webhooks: endpoints registered per key, and one delivery row per (event, endpoint) with its attempt log.
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-11-30
 """
 
