@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -217,8 +218,9 @@ def peer(slots: int, log: Path) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _serve(cmd: list[str], port: int, ready: str, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    with log.open("ab") as out:  # a session of its own: llama-cpp-server is a wrapper whose child must go too
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, ready, proc, timeout=300)
@@ -226,11 +228,12 @@ def _serve(cmd: list[str], port: int, ready: str, log: Path, env: dict[str, str]
             PIDS[url] = proc.pid
         yield url
     finally:
-        proc.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 
