@@ -78,6 +78,15 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--flash-attn", action="store_true",
                    help="llama.cpp flash attention: faster decoding, but a request's tokens may then depend on "
                         "what else is batched with it (docs/engine.md)")
+    sc = SchedulerConfig()
+    p.add_argument("--speculative-ngram", type=int, default=sc.speculative_ngram, metavar="K",
+                   help="opt-in speculative decoding for greedy requests: up to K prompt-lookup draft tokens "
+                        "verified per step (vLLM's ngram method; default 0: off). Like --flash-attn, outputs may "
+                        "then differ from one-token-at-a-time decoding (docs/engine.md)")
+    p.add_argument("--prompt-lookup-max", type=int, default=sc.prompt_lookup_max, metavar="N",
+                   help=f"speculative decoding: longest n-gram matched to find drafts (default {sc.prompt_lookup_max})")
+    p.add_argument("--prompt-lookup-min", type=int, default=sc.prompt_lookup_min, metavar="N",
+                   help=f"speculative decoding: shortest n-gram matched (default {sc.prompt_lookup_min})")
     lim = LimitsConfig()
     p.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes, help="request body limit, in bytes")
     p.add_argument("--max-prompt-tokens", type=int, default=lim.max_prompt_tokens,
@@ -238,7 +247,8 @@ def serve(args: argparse.Namespace) -> int:
                           n_threads=args.threads, adaptive_threads=args.adaptive_threads,
                           flash_attn=args.flash_attn),
         limits=limits_from_args(args),
-        engine=SchedulerConfig(deadline_admission=deadline_admission),
+        engine=SchedulerConfig(deadline_admission=deadline_admission, speculative_ngram=args.speculative_ngram,
+                               prompt_lookup_max=args.prompt_lookup_max, prompt_lookup_min=args.prompt_lookup_min),
         deadlines=deadlines,
         connections=connections_from_args(args),
         store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),
