@@ -10,9 +10,11 @@ import pytest
 
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.reference import EOS_ID, ReferenceRunner
-from sluicegate.engine import Engine, FinishReason, SchedulerConfig
+from sluicegate.engine import AsyncEngine, Engine, FinishReason, SchedulerConfig
 from sluicegate.engine.scheduler import Scheduler, Seq
 from sluicegate.engine.speculative import accepted, propose
+from sluicegate.serving.models import ServedModel
+from sluicegate.serving.openai_common import fingerprint
 from tests.unit.test_engine import Collector, Runner, engine, req, run, wait_for
 
 SPEC = SchedulerConfig(speculative_ngram=4)
@@ -220,3 +222,13 @@ def test_bad_knobs_are_refused() -> None:
                 SchedulerConfig(prompt_lookup_min=0)):
         with pytest.raises(ValueError, match="prompt_lookup"):
             Scheduler(cfg, 2, frozenset())
+
+
+def test_speculation_changes_the_system_fingerprint_and_off_changes_nothing() -> None:
+    def fp(config: SchedulerConfig) -> str:
+        runner = ReferenceRunner(n_slots=2)
+        return fingerprint(ServedModel(runner, AsyncEngine(Engine(runner, config))))
+
+    plain = fp(SchedulerConfig())
+    assert fp(SchedulerConfig(speculative_ngram=0, prompt_lookup_max=5)) == plain  # off: knobs unused
+    assert fp(SPEC) != plain and fp(SchedulerConfig(speculative_ngram=2)) not in (plain, fp(SPEC))

@@ -42,7 +42,7 @@ from sluicegate.engine.scheduler import (
     SeqStatus,
     queue_has_room,
 )
-from sluicegate.engine.speculative import accepted
+from sluicegate.engine.speculative import settle
 from sluicegate.engine.stats import EngineStats
 from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, Timing, TokenLogprob
 
@@ -292,16 +292,16 @@ class Engine:
             self._apply_kv_ops(out)
             sampled = self._forward(out) if out.chunks else ([], {})
             done = time.monotonic()
-            self._throughput.observe(sum(len(c.token_ids) for c in out.chunks), done - now)
+            results = self.scheduler.update(out, sampled[0], done)
+            agreed = self._settle_drafts(out, sampled[0]) if any(c.n_draft for c in out.chunks) else 0
+            # the forecast's rate is of useful tokens: refused drafts are work, not progress
+            self._throughput.observe(sum(len(c.token_ids) - c.n_draft for c in out.chunks) + agreed, done - now)
             with self.stats.lock:
                 self.stats.steps += 1
                 self.stats.prompt_tokens += sum(
                     len(c.token_ids) for c in out.chunks if c.start_pos < c.seq.prompt_len
                 )
             self.metrics.step.observe(done - now)
-            results = self.scheduler.update(out, sampled[0], done)
-            if any(c.n_draft for c in out.chunks):
-                self._settle_drafts(out, sampled[0])
             for i, (seq, token) in enumerate(results):
                 last = i + 1 == len(results) or results[i + 1][0] is not seq
                 self._emit_token(seq, token, sampled[1].get(id(seq)), done, last=last)
@@ -335,23 +335,13 @@ class Engine:
         wanting = [c.seq for c in out.chunks if c.want_logits for _ in range(1 + c.n_draft)]
         return tokens, {id(s): lp for s, lp in zip(wanting, lps, strict=True) if lp is not None}
 
-    def _settle_drafts(self, out: SchedulerOutput, sampled: list[int]) -> None:
-        """Count drafted and accepted tokens; drop the KV of rejected drafts (positions past `num_computed`)."""
-        drafted = agreed = 0
-        it = iter(sampled)
-        for c in out.chunks:
-            chosen = [next(it) for _ in range(1 + c.n_draft)] if c.want_logits else []
-            if not c.n_draft:
-                continue
-            drafted += c.n_draft
-            agreed += accepted(c.token_ids[1:], chosen)
-            seq = c.seq
-            if seq.status is SeqStatus.RUNNING and seq.slot is not None and \
-                    seq.num_computed < c.start_pos + len(c.token_ids):
-                self.runner.truncate(seq.slot, seq.num_computed)
+    def _settle_drafts(self, out: SchedulerOutput, sampled: list[int]) -> int:
+        """Drop rejected drafts' KV and count them (engine/speculative.py); returns the drafts accepted."""
+        drafted, agreed = settle(out.chunks, sampled, self.runner)
         with self.stats.lock:
             self.stats.spec_draft_tokens += drafted
             self.stats.spec_accepted_tokens += agreed
+        return agreed
 
     def _emit_token(
         self, seq: Seq, token: int, logprob: TokenLogprob | None, now: float, *, last: bool = True,

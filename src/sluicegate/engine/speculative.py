@@ -12,9 +12,15 @@ Hand-written because it is a few lines of numpy over a sequence the engine alrea
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+
+from sluicegate.backends.base import ModelRunner
+
+if TYPE_CHECKING:
+    from sluicegate.engine.scheduler import Chunk
 
 
 def propose(context: Sequence[int], k: int, n_max: int, n_min: int = 1) -> list[int]:
@@ -50,3 +56,22 @@ def accepted(drafts: Sequence[int], chosen: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def settle(chunks: Sequence[Chunk], sampled: Sequence[int], runner: ModelRunner) -> tuple[int, int]:
+    """After `Scheduler.update`: drop the KV of rejected drafts (a running sequence's positions past
+    `num_computed`). Returns (drafted, accepted) tokens of the step. `sampled` has one token per logits row."""
+    from sluicegate.engine.scheduler import SeqStatus  # the scheduler imports this module
+
+    drafted = agreed = 0
+    it = iter(sampled)
+    for c in chunks:
+        chosen = [next(it) for _ in range(1 + c.n_draft)] if c.want_logits else []
+        if not c.n_draft:
+            continue
+        drafted += c.n_draft
+        agreed += accepted(c.token_ids[1:], chosen)
+        seq, held = c.seq, c.start_pos + len(c.token_ids)
+        if seq.status is SeqStatus.RUNNING and seq.slot is not None and seq.num_computed < held:
+            runner.truncate(seq.slot, seq.num_computed)
+    return drafted, agreed
