@@ -232,3 +232,20 @@ def test_speculation_changes_the_system_fingerprint_and_off_changes_nothing() ->
     plain = fp(SchedulerConfig())
     assert fp(SchedulerConfig(speculative_ngram=0, prompt_lookup_max=5)) == plain  # off: knobs unused
     assert fp(SPEC) != plain and fp(SchedulerConfig(speculative_ngram=2)) not in (plain, fp(SPEC))
+
+
+def test_concurrent_greedy_requests_with_speculation_match_their_solo_runs() -> None:
+    prompts = [REPEAT, "abcabcabcabcabc", "x" * 40, "Numbers: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10", REPEAT[:50], "Hi"]
+    with engine() as (eng, _):
+        solo = []
+        for p in prompts:
+            c = run(eng, req(p, temperature=0.0, max_new_tokens=40))
+            c.wait()
+            solo.append(c)
+    with engine(SchedulerConfig(speculative_ngram=3, max_batch_tokens=64)) as (eng, _):
+        together = [run(eng, req(p, temperature=0.0, max_new_tokens=40)) for p in prompts]
+        for c in together:
+            c.wait()
+        assert eng.stats.snapshot()["spec_accepted_tokens"] > 0
+    assert [c.tokens for c in together] == [c.tokens for c in solo]
+    assert [c.outs[-1].completion_tokens for c in together] == [len(c.tokens) for c in solo]
