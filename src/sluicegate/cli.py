@@ -78,6 +78,15 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--flash-attn", action="store_true",
                    help="llama.cpp flash attention: faster decoding, but a request's tokens may then depend on "
                         "what else is batched with it (docs/engine.md)")
+    sc = SchedulerConfig()
+    p.add_argument("--speculative-ngram", type=nonnegative_int, default=sc.speculative_ngram, metavar="K",
+                   help="opt-in speculative decoding for greedy requests: up to K prompt-lookup draft tokens "
+                        "verified per step (vLLM's ngram method; default 0: off). Like --flash-attn, outputs may "
+                        "then differ from one-token-at-a-time decoding (docs/engine.md)")
+    p.add_argument("--prompt-lookup-max", type=positive_int, default=sc.prompt_lookup_max, metavar="N",
+                   help=f"speculative decoding: longest n-gram matched to find drafts (default {sc.prompt_lookup_max})")
+    p.add_argument("--prompt-lookup-min", type=positive_int, default=sc.prompt_lookup_min, metavar="N",
+                   help=f"speculative decoding: shortest n-gram matched (default {sc.prompt_lookup_min})")
     lim = LimitsConfig()
     p.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes, help="request body limit, in bytes")
     p.add_argument("--max-prompt-tokens", type=int, default=lim.max_prompt_tokens,
@@ -205,6 +214,26 @@ def webhooks_from_args(args: argparse.Namespace) -> WebhookConfig:
         timeout_s=args.webhook_timeout_seconds, poll_s=args.webhook_poll_seconds,
         max_in_flight=args.webhook_max_in_flight, max_endpoints_per_key=args.webhook_max_endpoints,
     )
+def nonnegative_int(text: str) -> int:
+    """An argparse type: a whole number of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be at least 0")
+    return value
+
+
+def engine_from_args(args: argparse.Namespace, deadline_admission: bool) -> SchedulerConfig:
+    """The engine's knobs; a speculative n-gram range with min > max is refused like any bad flag."""
+    if args.prompt_lookup_min > args.prompt_lookup_max:
+        raise SystemExit(f"sluicegate: --prompt-lookup-min ({args.prompt_lookup_min}) is over --prompt-lookup-max "
+                         f"({args.prompt_lookup_max})")
+    return SchedulerConfig(deadline_admission=deadline_admission, speculative_ngram=args.speculative_ngram,
+                           prompt_lookup_max=args.prompt_lookup_max, prompt_lookup_min=args.prompt_lookup_min)
+
+
 def deadlines_from_args(args: argparse.Namespace) -> tuple[DeadlineConfig, bool]:
     """The time budgets, and whether deadline admission is on (docs/timeouts.md)."""
     return (DeadlineConfig(default_timeout_s=args.default_timeout, max_timeout_s=args.max_timeout),
@@ -238,7 +267,7 @@ def serve(args: argparse.Namespace) -> int:
                           n_threads=args.threads, adaptive_threads=args.adaptive_threads,
                           flash_attn=args.flash_attn),
         limits=limits_from_args(args),
-        engine=SchedulerConfig(deadline_admission=deadline_admission),
+        engine=engine_from_args(args, deadline_admission),
         deadlines=deadlines,
         connections=connections_from_args(args),
         store=StoreConfig(data_dir=args.data_dir, database_url=args.database_url),

@@ -73,3 +73,18 @@ def test_the_time_budget_flags() -> None:
     for bad in ("0", "-1", "inf", "nan", "soon"):
         with pytest.raises(SystemExit):
             parse("--max-timeout", bad)
+
+
+def test_the_speculative_decoding_flags() -> None:
+    from sluicegate.engine import SchedulerConfig
+
+    assert cli.engine_from_args(parse(), True) == SchedulerConfig()  # off by default
+    cfg = cli.engine_from_args(parse("--speculative-ngram", "5", "--prompt-lookup-max", "4",
+                                     "--prompt-lookup-min", "1"), False)
+    assert cfg == SchedulerConfig(deadline_admission=False, speculative_ngram=5, prompt_lookup_max=4,
+                                  prompt_lookup_min=1)
+    for flag, bad in (("--speculative-ngram", "-1"), ("--prompt-lookup-max", "0"), ("--speculative-ngram", "x")):
+        with pytest.raises(SystemExit):
+            parse(flag, bad)
+    with pytest.raises(SystemExit, match="prompt-lookup-min"):
+        cli.engine_from_args(parse("--prompt-lookup-max", "2", "--prompt-lookup-min", "3"), True)

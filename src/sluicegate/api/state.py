@@ -151,6 +151,9 @@ class AppState:
         )
         if not runner.limits.batch_invariant:
             log.warning("flash attention is on: a request's tokens may depend on what is batched with it")
+        if self.config.engine.speculative_ngram:
+            log.warning("speculative decoding is on: a greedy request's tokens may differ from one-token-at-a-time "
+                        "decoding (multi-token verification rounds differently)")
 
     async def close(self) -> None:
         await self.batch.stop()  # leases handed back before the engine stops

@@ -6,7 +6,8 @@ which request lives in which slot; the runner only computes.
 
 Invariants the engine relies on:
 - `execute` gets at most one item per slot; an item's positions continue exactly where that slot's KV ends.
-- The returned array has one row of logits per item with `want_logits=True`, in item order. It may be a
+- The returned array has one row of logits per item with `want_logits=True` (one per token of an item with
+  `logits_all=True`, in position order), in item order. It may be a
   view of the runner's own buffer, valid until the next `execute`: read it (or copy it) before then.
 - Token bytes are exact: detokenisation is done by the engine from `token_bytes`, never by the runner.
 """
@@ -58,6 +59,7 @@ class BatchItem:
     token_ids: Sequence[int]
     start_pos: int
     want_logits: bool = True  # logits of the last token only
+    logits_all: bool = False  # logits of every token of the item, in order (speculative verification)
 
 
 class ModelRunner(Protocol):

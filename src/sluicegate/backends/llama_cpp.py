@@ -190,27 +190,34 @@ class LlamaCppRunner:
         if self._governor is not None and (n := self._governor.pick()) != self._threads:
             L.llama_set_n_threads(self._ctx, n, n)
             self._threads = n
-        out_row = {k: i for i, k in enumerate(k for k, item in enumerate(batch) if item.want_logits)}
+        first_row = [0]  # item k's logits rows are first_row[k] .. first_row[k+1]-1 of the result
+        for item in batch:
+            first_row.append(first_row[-1] + _n_rows(item))
+        n_rows = first_row[-1]
         by_slot = sorted(range(len(batch)), key=lambda k: batch[k].slot)
         singles = [k for k in by_slot if len(batch[k].token_ids) == 1]
         chunks = [k for k in reversed(by_slot) if len(batch[k].token_ids) > 1]
+
+        def rows_of(group: list[int]) -> list[int]:
+            return [r for k in group for r in range(first_row[k], first_row[k + 1])]
+
         if not chunks:
             view = self._decode([batch[k] for k in singles])
-            rows = [out_row[k] for k in singles if k in out_row]
-            if rows == list(range(len(out_row))):
+            rows = rows_of(singles)
+            if rows == list(range(n_rows)):
                 return view
-            gathered = np.empty((len(out_row), self._n_vocab), dtype=np.float32)
+            gathered = np.empty((n_rows, self._n_vocab), dtype=np.float32)
             gathered[rows] = view
             return gathered
-        out = np.empty((len(out_row), self._n_vocab), dtype=np.float32)
+        out = np.empty((n_rows, self._n_vocab), dtype=np.float32)
         for group in (singles, chunks):
             if group:
                 view = self._decode([batch[k] for k in group])
-                out[[out_row[k] for k in group if k in out_row]] = view
+                out[rows_of(group)] = view
         return out
 
     def _decode(self, items: Sequence[BatchItem]) -> Logits:
-        """One `llama_decode` of `items` (logits of each wanting item's last token, in item order): a view."""
+        """One `llama_decode` of `items` (logits rows as `fill` asked for them, in item order): a view."""
         b = self._batch
         n = b.fill(items)
         rc = L.llama_decode(self._ctx, b.struct)
@@ -243,6 +250,11 @@ class LlamaCppRunner:
             self._model = None
 
 
+def _n_rows(item: BatchItem) -> int:
+    """Logits rows `item` asks for: one per token (`logits_all`), its last token's, or none."""
+    return len(item.token_ids) if item.logits_all else int(item.want_logits)
+
+
 _IntP = ctypes.POINTER(ctypes.c_int)
 
 
@@ -266,13 +278,14 @@ class _Batch:
         )
 
     def fill(self, items: Sequence[BatchItem]) -> int:
-        """Lay `items` out one after the other; logits for each wanting item's last token. Returns tokens."""
+        """Lay `items` out one after the other; logits for each wanting item's last token (every token of a
+        `logits_all` item). Returns tokens."""
         if all(len(item.token_ids) == 1 for item in items):  # a decode step: one vectorised write per array
             n = len(items)
             self.token[:n] = [item.token_ids[0] for item in items]
             self.pos[:n] = [item.start_pos for item in items]
             self.seq[:n] = [item.slot for item in items]
-            self.logits[:n] = [item.want_logits for item in items]
+            self.logits[:n] = [item.want_logits or item.logits_all for item in items]
         else:
             n = 0
             for item in items:
@@ -280,8 +293,8 @@ class _Batch:
                 self.token[n : n + k] = item.token_ids
                 self.pos[n : n + k] = np.arange(item.start_pos, item.start_pos + k, dtype=np.int32)
                 self.seq[n : n + k] = item.slot
-                self.logits[n : n + k] = 0
-                self.logits[n + k - 1] = item.want_logits
+                self.logits[n : n + k] = item.logits_all
+                self.logits[n + k - 1] = item.want_logits or item.logits_all
                 n += k
         self.struct.n_tokens = n
         return n

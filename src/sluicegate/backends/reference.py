@@ -98,9 +98,11 @@ class ReferenceRunner:
                 state = self._advance(state, int(tok), alone)
                 held.append(int(tok))
                 self._alone[item.slot].append(alone)
+                if item.logits_all:
+                    rows.append(self._logits(state, len(held)))
             self._state[item.slot] = state
             self.executed_tokens += len(item.token_ids)
-            if item.want_logits:
+            if item.want_logits and not item.logits_all:
                 rows.append(self._logits(state, len(held)))
         self.execute_calls += 1
         if not rows:

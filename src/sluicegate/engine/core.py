@@ -42,6 +42,7 @@ from sluicegate.engine.scheduler import (
     SeqStatus,
     queue_has_room,
 )
+from sluicegate.engine.speculative import settle
 from sluicegate.engine.stats import EngineStats
 from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, Timing, TokenLogprob
 
@@ -75,6 +76,7 @@ class _Live:
     detok: IncrementalDetokenizer
     stop: StopMatcher
     last_emit: float = 0.0
+    n_emitted: int = 0  # tokens streamed so far
     logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
@@ -290,15 +292,19 @@ class Engine:
             self._apply_kv_ops(out)
             sampled = self._forward(out) if out.chunks else ([], {})
             done = time.monotonic()
-            self._throughput.observe(sum(len(c.token_ids) for c in out.chunks), done - now)
+            results = self.scheduler.update(out, sampled[0], done)
+            agreed = self._settle_drafts(out, sampled[0]) if any(c.n_draft for c in out.chunks) else 0
+            # the forecast's rate is of useful tokens: refused drafts are work, not progress
+            self._throughput.observe(sum(len(c.token_ids) - c.n_draft for c in out.chunks) + agreed, done - now)
             with self.stats.lock:
                 self.stats.steps += 1
                 self.stats.prompt_tokens += sum(
                     len(c.token_ids) for c in out.chunks if c.start_pos < c.seq.prompt_len
                 )
             self.metrics.step.observe(done - now)
-            for seq, token in self.scheduler.update(out, sampled[0], done):
-                self._emit_token(seq, token, sampled[1].get(id(seq)), done)
+            for i, (seq, token) in enumerate(results):
+                last = i + 1 == len(results) or results[i + 1][0] is not seq
+                self._emit_token(seq, token, sampled[1].get(id(seq)), done, last=last)
         except Exception:
             log.exception("engine step failed; failing the %d sequences in it", len(out.chunks))
             self._fail(out)
@@ -314,21 +320,38 @@ class Engine:
                 self.runner.copy(op.arg, op.slot)
 
     def _forward(self, out: SchedulerOutput) -> tuple[list[int], dict[int, TokenLogprob]]:
-        items = [BatchItem(c.seq.slot or 0, c.token_ids, c.start_pos, c.want_logits) for c in out.chunks]
+        items = [BatchItem(c.seq.slot or 0, c.token_ids, c.start_pos, c.want_logits, logits_all=c.n_draft > 0)
+                 for c in out.chunks]
         logits = self.runner.execute(items)
         rows = [
             SampleRow(c.seq.request.params, c.seq.seed, len(c.seq.output_ids), c.seq.output_ids,
                       c.seq.request.constraint)
-            for c in out.chunks if c.want_logits
+            if not c.n_draft else
+            SampleRow(c.seq.request.params, c.seq.seed, len(c.seq.output_ids) + j,
+                      [*c.seq.output_ids, *c.token_ids[1 : 1 + j]])
+            for c in out.chunks if c.want_logits for j in range(1 + c.n_draft)
         ]
         tokens, lps = sample(logits, rows)
-        wanting = [c.seq for c in out.chunks if c.want_logits]
+        wanting = [c.seq for c in out.chunks if c.want_logits for _ in range(1 + c.n_draft)]
         return tokens, {id(s): lp for s, lp in zip(wanting, lps, strict=True) if lp is not None}
 
-    def _emit_token(self, seq: Seq, token: int, logprob: TokenLogprob | None, now: float) -> None:
+    def _settle_drafts(self, out: SchedulerOutput, sampled: list[int]) -> int:
+        """Drop rejected drafts' KV and count them (engine/speculative.py); returns the drafts accepted."""
+        drafted, agreed = settle(out.chunks, sampled, self.runner)
+        with self.stats.lock:
+            self.stats.spec_draft_tokens += drafted
+            self.stats.spec_accepted_tokens += agreed
+        return agreed
+
+    def _emit_token(
+        self, seq: Seq, token: int, logprob: TokenLogprob | None, now: float, *, last: bool = True,
+    ) -> None:
+        """Stream one token. `last`: the sequence's last token of this step (a speculative step keeps several;
+        the scheduler may have finished the sequence at the last one, which earlier ones must not report)."""
         live = self._live.get(seq.request.request_id)
         if live is None:
             return
+        live.n_emitted += 1
         constraint = seq.request.constraint
         if constraint is not None and token not in self.scheduler.eos_ids:
             constraint.accept(token)
@@ -345,6 +368,13 @@ class Engine:
         text = live.stop.feed("" if is_eos else live.detok.push(token))
         if live.stop.matched is not None:
             self.scheduler.finish(seq, FinishReason.STOP, now)
+            if not last:  # accepted drafts past the stop string are not output (the scheduler counted them)
+                del seq.output_ids[live.n_emitted :]
+                seq.finish_reason = FinishReason.STOP
+        elif not last:
+            lps, live.logprobs = live.logprobs, []
+            _deliver(live, RequestOutput(seq.request.request_id, [token], text, logprobs=lps))
+            return
         if seq.finish_reason is not None:
             if live.stop.matched is None:
                 text += live.stop.feed(live.detok.flush()) + live.stop.flush()

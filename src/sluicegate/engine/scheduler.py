@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sluicegate.engine.prefix_cache import KvOp, SlotTable
+from sluicegate.engine.speculative import accepted, propose
 from sluicegate.engine.types import EngineRequest, FinishReason, Priority
 
 
@@ -39,6 +40,9 @@ class SchedulerConfig:
     max_waiting_tokens: int = 1 << 20  # prompt tokens allowed to wait; beyond it: 503 overloaded
     batch_aging_s: float = 30.0  # a batch request waiting this long goes ahead of younger batch requests
     deadline_admission: bool = True  # refuse at submit what the measured speed says cannot meet its deadline
+    speculative_ngram: int = 0  # prompt-lookup draft tokens per greedy step (vLLM num_speculative_tokens); 0: off
+    prompt_lookup_max: int = 3  # longest n-gram matched to find drafts (tried first)
+    prompt_lookup_min: int = 2  # shortest n-gram matched
 
 
 class SeqStatus(enum.Enum):
@@ -87,6 +91,7 @@ class Chunk:
     token_ids: list[int]
     start_pos: int
     want_logits: bool
+    n_draft: int = 0  # speculative: the last `n_draft` token_ids are drafts; logits of every position wanted
 
 
 @dataclass(slots=True)
@@ -105,6 +110,8 @@ class Scheduler:
         if config.max_batch_tokens < n_slots + max(2, config.min_prefill_chunk):
             # every running sequence decodes every step, and a prompt must still make progress
             raise ValueError("max_batch_tokens must hold one token per slot plus a minimal prompt chunk")
+        if config.speculative_ngram < 0 or not 1 <= config.prompt_lookup_min <= config.prompt_lookup_max:
+            raise ValueError("speculative_ngram must be >= 0 and 1 <= prompt_lookup_min <= prompt_lookup_max")
         self.config = config
         self.slots = SlotTable(n_slots, config.block_size)
         self.eos_ids = eos_ids
@@ -147,10 +154,14 @@ class Scheduler:
             out.expired.append(seq)
         budget = self.config.max_batch_tokens
         # decode tokens in slot order: the runner computes them in that order, so their logits need no reordering
-        for seq in sorted(self.running, key=_slot):
-            if not seq.in_prefill:
-                out.chunks.append(Chunk(seq, seq.pending_ids(), seq.num_computed, True))
-                budget -= 1
+        decoding = [s for s in sorted(self.running, key=_slot) if not s.in_prefill]
+        budget -= len(decoding)
+        spare = budget - (self.config.min_prefill_chunk if len(decoding) < len(self.running) or self.waiting else 0)
+        for seq in decoding:
+            drafts = self._drafts(seq, spare) if self.config.speculative_ngram > 0 else []
+            spare -= len(drafts)
+            budget -= len(drafts)
+            out.chunks.append(Chunk(seq, seq.pending_ids() + drafts, seq.num_computed, True, len(drafts)))
         for seq in self.running:
             if seq.in_prefill:
                 budget -= self._add_prefill_chunk(seq, budget, out)
@@ -170,6 +181,19 @@ class Scheduler:
             out.kv_ops.extend(acquired.ops)
             budget -= self._add_prefill_chunk(seq, budget, out)
         return out
+
+    def _drafts(self, seq: Seq, spare: int) -> list[int]:
+        """Prompt-lookup drafts for a greedy, unconstrained sequence without logprobs (engine/speculative.py);
+        never more than the step's spare budget, nor more than leave room for the token after them within
+        `max_new_tokens` (so the window holds them too)."""
+        p = seq.request.params
+        if not p.greedy or seq.request.constraint is not None or p.logprobs is not None:
+            return []
+        k = min(self.config.speculative_ngram, spare, p.max_new_tokens - len(seq.output_ids) - 1)
+        if k < 1:
+            return []
+        cfg = self.config
+        return propose(seq.request.prompt_ids + seq.output_ids, k, cfg.prompt_lookup_max, cfg.prompt_lookup_min)
 
     def _add_prefill_chunk(self, seq: Seq, budget: int, out: SchedulerOutput) -> int:
         remaining = seq.prompt_len - seq.num_computed
@@ -194,29 +218,38 @@ class Scheduler:
         return min(self.waiting, key=key)
 
     def update(self, out: SchedulerOutput, sampled: Sequence[int], now: float) -> list[tuple[Seq, int]]:
-        """Account the step: advance positions, append sampled tokens (one per chunk with logits, in order).
+        """Account the step: advance positions, append sampled tokens (one per chunk with logits, in order;
+        a speculative chunk has `1 + n_draft`, one per position).
 
-        Returns (seq, token) for every sampled token; sequences that hit EOS or their length are finished.
+        Returns (seq, token) for every token kept; sequences that hit EOS or their length are finished. Of a
+        speculative chunk the tokens kept are the drafts the model agreed with and the token it chose after
+        them, in order, up to the first that ends the sequence; the slot's KV is valid for the first
+        `num_computed` positions after (the engine truncates the rejected drafts' KV).
         """
         results: list[tuple[Seq, int]] = []
         it = iter(sampled)
         for chunk in out.chunks:
             seq = chunk.seq
-            token = next(it) if chunk.want_logits else None
+            chosen = [next(it) for _ in range(1 + chunk.n_draft)] if chunk.want_logits else []
             if seq.status is not SeqStatus.RUNNING:
                 continue
-            seq.num_computed += len(chunk.token_ids)
+            if chunk.n_draft:
+                chosen = chosen[: accepted(chunk.token_ids[1:], chosen) + 1]
+                seq.num_computed += len(chosen)  # the fed token and the accepted drafts
+            else:
+                seq.num_computed += len(chunk.token_ids)
             self._record(seq)
-            if token is None:
-                continue
-            seq.output_ids.append(token)
-            if seq.first_token is None:
-                seq.first_token = now
-            results.append((seq, token))
-            if token in self.eos_ids and not seq.request.params.ignore_eos:
-                self.finish(seq, FinishReason.EOS, now)
-            elif len(seq.output_ids) >= seq.request.params.max_new_tokens:
-                self.finish(seq, FinishReason.LENGTH, now)
+            for token in chosen:
+                seq.output_ids.append(token)
+                if seq.first_token is None:
+                    seq.first_token = now
+                results.append((seq, token))
+                if token in self.eos_ids and not seq.request.params.ignore_eos:
+                    self.finish(seq, FinishReason.EOS, now)
+                elif len(seq.output_ids) >= seq.request.params.max_new_tokens:
+                    self.finish(seq, FinishReason.LENGTH, now)
+                if seq.status is not SeqStatus.RUNNING:
+                    break
         return results
 
     def _record(self, seq: Seq) -> None:

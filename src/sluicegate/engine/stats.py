@@ -21,6 +21,8 @@ COUNTER_HELP = {
     "prefix_lookups": "requests that took a slot and looked up the prefix cache",
     "prefix_hits": "of those, requests that reused at least one cached prompt token",
     "prefix_evicted_tokens": "cached prompt tokens dropped (held by no slot any more) to make room",
+    "spec_draft_tokens": "speculative decoding: prompt-lookup draft tokens verified",
+    "spec_accepted_tokens": "speculative decoding: of those, drafts the model agreed with (kept)",
 }
 GAUGE_HELP = {
     "running": "sequences holding a slot",
@@ -66,6 +68,8 @@ class EngineStats:
     prefix_lookups: int = 0  # requests that took a slot
     prefix_hits: int = 0  # of those, requests that reused at least one cached prompt token
     prefix_evicted_tokens: int = 0  # cached prompt tokens dropped to make room
+    spec_draft_tokens: int = 0  # speculative decoding: draft tokens verified
+    spec_accepted_tokens: int = 0  # of those, accepted (acceptance rate = accepted / draft)
     # gauges
     running: int = 0
     waiting: int = 0

@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 from sluicegate import __version__
 from sluicegate.backends.base import ModelRunner
-from sluicegate.engine import AsyncEngine, FinishReason, RequestOutput, SamplingParams, TokenLogprob
+from sluicegate.engine import AsyncEngine, FinishReason, RequestOutput, SamplingParams, SchedulerConfig, TokenLogprob
 from sluicegate.protocol.openai_common import OpenAIUsage, PromptTokensDetails, TopLogprob
 from sluicegate.protocol.openai_common import TokenLogprob as TokenLogprobOut
 from sluicegate.serving.errors import ApiError
@@ -37,9 +37,17 @@ def fingerprint(model: ServedModel) -> str:
     key = (
         f"{model.identity.digest}|block={cfg.block_size}|batch={cfg.max_batch_tokens}|n_ctx={lim.n_ctx}"
         f"|slots={lim.n_slots}|n_batch={lim.n_batch}|sluicegate={__version__}"
-        f"{'' if lim.batch_invariant else '|batch-variant'}"
+        f"{'' if lim.batch_invariant and not cfg.speculative_ngram else '|batch-variant'}"
+        f"{_speculative(cfg)}"
     )
     return "fp_" + hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def _speculative(cfg: SchedulerConfig) -> str:
+    """Speculative decoding's knobs, when it is on (off leaves the fingerprint as it was)."""
+    if not cfg.speculative_ngram:
+        return ""
+    return f"|spec=ngram:{cfg.speculative_ngram}:{cfg.prompt_lookup_max}:{cfg.prompt_lookup_min}"
 
 
 def record_user(request_id: str, **ids: str | None) -> None:

@@ -1,0 +1,76 @@
+"""Speculative decoding on the real model: the runner's every-position logits, and a served greedy request.
+
+Multi-token verification may round differently from one-token decoding, so nothing here asserts equality
+with plain decoding on llama.cpp (the reference backend's tests do, where the model is exact).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from sluicegate.backends.base import BatchItem
+from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
+from tests.e2e.conftest import Server, start_server, stop_server
+
+TEXT = ("The river runs past the old mill, under the stone bridge, and into the valley where the farmers "
+        "grow wheat and barley every summer.")
+
+
+def test_logits_all_gives_a_row_per_position_in_every_group() -> None:
+    r = LlamaCppRunner(default_model_path(), n_ctx=128, n_slots=3)
+    try:
+        ids = r.tokenize(TEXT)
+        head, tail = ids[:-4], ids[-4:]
+        for slot in range(3):
+            r.execute([BatchItem(slot, head, 0, False)])
+        last_only = r.execute([BatchItem(0, tail, len(head), True)]).copy()
+        r.truncate(1, len(head))
+        mixed = r.execute([  # a verification item beside a decode token and a plain chunk
+            BatchItem(2, tail[:1], len(head), True), BatchItem(1, tail, len(head), True, logits_all=True),
+        ]).copy()
+        assert mixed.shape == (1 + len(tail), r.limits.n_vocab)
+        assert int(np.argmax(mixed[-1])) == int(np.argmax(last_only[0]))
+        np.testing.assert_allclose(mixed[-1], last_only[0], rtol=0, atol=1e-2)
+        r.clear(0)
+        r.execute([BatchItem(0, head, 0, False)])
+        one = [r.execute([BatchItem(0, [t], len(head) + i, True)])[0].copy() for i, t in enumerate(tail)]
+        # each position's row is that position's (up to rounding: one at a time computes alone)
+        assert [int(np.argmax(x)) for x in one] == [int(np.argmax(x)) for x in mixed[1:]]
+    finally:
+        r.close()
+
+
+@pytest.fixture(scope="module")
+def spec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("spec"), "--slots", "2", "--ctx", "512", "--speculative-ngram", "5")
+    yield srv
+    stop_server(srv)
+
+
+def _counter(metrics: str, name: str) -> float:
+    line = next(x for x in metrics.splitlines() if x.startswith(f"sluicegate_{name}_total"))
+    return float(line.rsplit(" ", 1)[1])
+
+
+@pytest.mark.timeout(900)
+def test_a_greedy_repeat_request_is_served_with_accepted_drafts(spec_server: Server) -> None:
+    body = {
+        "messages": [{"role": "user", "content": f"Repeat this text exactly:\n\n{TEXT}"}],
+        "model": "smollm2-135m-instruct", "temperature": 0, "max_tokens": 48,
+    }
+    r = httpx.post(f"{spec_server.url}/v1/chat/completions", json=body, timeout=600)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    choice = out["choices"][0]
+    assert choice["finish_reason"] in ("stop", "length") and choice["message"]["content"].strip()
+    assert 0 < out["usage"]["completion_tokens"] <= 48
+    metrics = httpx.get(f"{spec_server.url}/metrics", timeout=30).text
+    drafted, accepted = _counter(metrics, "spec_draft_tokens"), _counter(metrics, "spec_accepted_tokens")
+    assert drafted >= accepted > 0
+    assert "speculative decoding is on" in spec_server.log()
+    again = httpx.post(f"{spec_server.url}/v1/chat/completions", json=body, timeout=600).json()
+    assert again["choices"][0]["message"]["content"] == choice["message"]["content"]  # alone: repeatable
