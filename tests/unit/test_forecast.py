@@ -127,3 +127,32 @@ def test_the_estimate_of_new_tokens_counts_not_the_limit() -> None:
 def test_retry_after_is_whole_seconds_between_1_and_60() -> None:
     assert retry_after_s(0.01) == 1 and retry_after_s(2.5) == 3 and retry_after_s(1e6) == 60
     assert retry_after_s(-1.0) == 1 and not math.isnan(retry_after_s(0.0))
+
+
+def test_the_step_time_follows_the_batch_the_request_would_join() -> None:
+    """Measured at 16 sequences a step (150 ms) with a 10 ms lone step: a request joining an empty engine is
+    forecast at the lone step's pace, one joining a full batch at the full batch's."""
+    from dataclasses import replace
+
+    from sluicegate.engine.forecast import Load, step_at
+
+    busy = replace(SPEED, step_s=0.15, fastest_step_s=0.01, batch=16.0)
+    shape = Shape(n_slots=16, chunk_tokens=512)
+    assert step_at(busy, 1) == 0.01 and abs(step_at(busy, 16) - 0.15) < 1e-9
+    idle = forecast(busy, Load(), shape, 10, 64, Priority.INTERACTIVE)
+    full = forecast(busy, Load(running=15, running_work=15 * 32), shape, 10, 64, Priority.INTERACTIVE)
+    assert idle is not None and full is not None
+    assert idle.total_s < 1.0 < 9.0 < full.total_s  # 63 x 10 ms, against 63 x 150 ms
+    # so after a burst measured at full load, an idle engine admits a 10 s request again
+    req = request(prompt=10, new=64, deadline=10.0)
+    assert judge(busy, Load(), shape, req, now=0.0).verdict is Verdict.FITS
+    assert judge(busy, Load(running=15, running_work=15 * 32), shape, req, now=0.0).verdict is Verdict.SHED
+
+
+def test_the_batch_size_is_averaged_over_busy_time() -> None:
+    t = Throughput()
+    t.observe(16, 0.15, seqs=16)
+    assert t.speed.batch == 16
+    for _ in range(200):
+        t.observe(1, 0.05, seqs=1)  # 10 s of lone steps
+    assert t.speed.batch < 2

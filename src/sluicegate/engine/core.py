@@ -295,7 +295,8 @@ class Engine:
             results = self.scheduler.update(out, sampled[0], done)
             agreed = self._settle_drafts(out, sampled[0]) if any(c.n_draft for c in out.chunks) else 0
             # the forecast's rate is of useful tokens: refused drafts are work, not progress
-            self._throughput.observe(sum(len(c.token_ids) - c.n_draft for c in out.chunks) + agreed, done - now)
+            self._throughput.observe(sum(len(c.token_ids) - c.n_draft for c in out.chunks) + agreed, done - now,
+                                     len(out.chunks))
             with self.stats.lock:
                 self.stats.steps += 1
                 self.stats.prompt_tokens += sum(

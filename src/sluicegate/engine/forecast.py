@@ -7,6 +7,7 @@ constant of `TAU_S` seconds of work:
 
 - `rate`, tokens per second: the engine's drain rate, whatever the batch holds;
 - `step_s`, seconds per step: how long one decode token takes a running sequence at the present load;
+- `batch`, sequences per step: the load `step_s` was measured at;
 
 and the best ever seen, an idle server's speed: `peak_rate` (the fastest tokens per second of any step: a
 full prompt chunk) and `fastest_step_s` (the shortest step: a lone decode token). Hand-written: three
@@ -18,13 +19,21 @@ A request's forecast (`forecast`), from the load the engine thread publishes (`L
                   else work_ahead / rate           (work_ahead: tokens every running sequence, and every
                                                     waiting request of its priority or higher, still has to
                                                     process: running ones are never preempted)
-    prefill     = max(ceil(prompt / chunk) * step_s, prompt / peak_rate)
+    step        = step time at the batch the request would join: b = min(slots, running + waiting ahead + 1),
+                  fastest_step_s + (step_s - fastest_step_s) * (b - 1) / (batch - 1)
+    prefill     = max(ceil(prompt / chunk) * step, prompt / peak_rate)
     first token = wait + prefill                   (the last prompt chunk's step samples the first token)
-    total       = wait + prefill + (new_tokens - 1) * step_s     (then one token per step)
+    total       = wait + prefill + (new_tokens - 1) * step     (then one token per step)
     idle        = prompt / peak_rate + (new_tokens - 1) * fastest_step_s   (the best ever seen)
 
 where `chunk` is the most tokens one step carries (`max_batch_tokens`): a prompt is prefilled in chunks that
 take a step each, not token by token at the drain rate (which decode steps dominate).
+
+The step time is interpolated by batch size because on a CPU a decode step's cost grows with the sequences it
+carries (one pass over the weights, plus each sequence's own work): a step of 16 sequences took ~15x one of a
+single sequence here. Forecasting with the step time measured at full load would refuse a request that an
+engine with free slots would answer at once, and, since nothing admitted means nothing measured, go on
+refusing everything after a burst (the averages only move while the engine works).
 
 `work_ahead / rate` is the time the engine needs to drain what is ahead at its measured rate: slightly more
 than the real wait when slots free up at different times. A request is admitted only when its forecast, with
@@ -60,6 +69,7 @@ class Speed:
     step_s: float = 0.0  # seconds per step, EWMA
     peak_rate: float = 0.0  # fastest tokens per second of any step
     fastest_step_s: float = math.inf  # shortest step
+    batch: float = 0.0  # sequences per step, EWMA: the load step_s was measured at
     busy_s: float = 0.0  # work measured so far
     steps: int = 0
 
@@ -74,7 +84,7 @@ class Throughput:
     def __init__(self) -> None:
         self.speed = Speed()
 
-    def observe(self, tokens: int, seconds: float) -> None:
+    def observe(self, tokens: int, seconds: float, seqs: int = 1) -> None:
         if tokens <= 0 or seconds <= 0:
             return
         s = self.speed
@@ -85,6 +95,7 @@ class Throughput:
             step_s=seconds if first else s.step_s + a * (seconds - s.step_s),
             peak_rate=max(s.peak_rate, tokens / seconds),
             fastest_step_s=min(s.fastest_step_s, seconds),
+            batch=seqs if first else s.batch + a * (seqs - s.batch),
             busy_s=s.busy_s + seconds,
             steps=s.steps + 1,
         )
@@ -159,6 +170,16 @@ class Shape:
     chunk_tokens: int  # the most tokens one step carries (a prompt chunk's upper bound)
 
 
+def step_at(speed: Speed, batch: int) -> float:
+    """The step time at `batch` sequences: linear between the fastest step (one sequence) and the average
+    step at the measured batch size; the average itself when no batch size was measured."""
+    fastest = min(speed.fastest_step_s, speed.step_s)
+    if speed.batch <= 1.0:
+        return speed.step_s
+    per_seq = max(0.0, speed.step_s - fastest) / (speed.batch - 1.0)
+    return fastest + per_seq * max(0, batch - 1)
+
+
 def forecast(speed: Speed, load: Load, shape: Shape, prompt_tokens: int, new_tokens: int,
              priority: Priority) -> Forecast | None:
     """The forecast for one run of `prompt_tokens` + `new_tokens` (None: not measured yet)."""
@@ -170,12 +191,13 @@ def forecast(speed: Speed, load: Load, shape: Shape, prompt_tokens: int, new_tok
     peak = max(speed.peak_rate, speed.rate)
     fastest = min(speed.fastest_step_s, speed.step_s)
     idle_prefill = max(prompt_tokens / peak, fastest)
-    prefill = max(math.ceil(prompt_tokens / shape.chunk_tokens) * speed.step_s, idle_prefill)
+    step = step_at(speed, min(shape.n_slots, load.running + n_waiting + 1))
+    prefill = max(math.ceil(prompt_tokens / shape.chunk_tokens) * step, idle_prefill)
     decode = max(new_tokens - 1, 0)
     return Forecast(
         wait_s=wait,
         first_token_s=wait + prefill,
-        total_s=wait + prefill + decode * speed.step_s,
+        total_s=wait + prefill + decode * step,
         idle_first_token_s=idle_prefill,
         idle_total_s=idle_prefill + decode * fastest,
     )
