@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
-from sluicegate.backends.cpu_threads import ThreadGovernor, runnable_neighbours, usable_cores
+from sluicegate.backends.cpu_threads import NeighbourLoad, ThreadGovernor, usable_cores
 
 
 class Feed:
@@ -114,14 +115,30 @@ def test_usable_cores_respects_the_affinity_mask() -> None:
     assert 1 <= usable_cores() <= len(os.sched_getaffinity(0))
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc to read the run queue")
-def test_a_busy_process_is_seen_as_a_neighbour() -> None:
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc to read CPU time")
+def test_a_busy_process_counts_as_a_neighbour_and_this_process_does_not() -> None:
+    clock = [0.0]
+    load = NeighbourLoad(clock=lambda: clock[0])
+    assert load() is None  # the first call only takes the reading
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        # The kernel counts it runnable whenever it is sampled (it never sleeps); our own threads are not counted.
-        seen = [runnable_neighbours() for _ in range(50)]
+        start, t0 = _cpu_ticks(busy.pid), time.monotonic()
+        while _cpu_ticks(busy.pid) - start < 30:  # wait until it has run 0.3 s (however long that takes)
+            pass  # this process spins too: its own time must not count
+        used = (_cpu_ticks(busy.pid) - start) / os.sysconf("SC_CLK_TCK")
+        clock[0] = time.monotonic() - t0
+        cores = load()
     finally:
         busy.kill()
         busy.wait()
-    assert all(n is not None for n in seen)
-    assert max(n for n in seen if n is not None) >= 1
+    assert cores is not None
+    # the neighbour's CPU time is in what it reports (ticks are 10 ms: allow two of them); ours, a whole core
+    # spinning for the same time, is not (else the total would reach used + elapsed)
+    assert used - 0.02 <= cores * clock[0] < used + 0.5 * clock[0]

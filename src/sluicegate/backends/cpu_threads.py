@@ -6,9 +6,9 @@ takes one of those threads' core, the others spin at the next barrier until the 
 a slice again: a step that takes 10 ms alone takes a second (docs/benchmarks.md, "CPU contention"). One thread
 has no barrier to wait at; it loses only the share of a core the neighbour takes.
 
-So the runner asks a `ThreadGovernor` before each step. It reads, a few times a second, how many tasks the
-kernel has runnable (`procs_running` in /proc/stat) and subtracts this process's own running threads: what is
-left is the neighbours. The thread count is the usable cores minus the busy neighbours (at least one, at most
+So the runner asks a `ThreadGovernor` before each step. A few times a second it reads how much CPU time the
+machine spent busy (/proc/stat) and how much of it was this process's (/proc/self/stat): the rest, over the
+wall time, is how many cores the neighbours used. The thread count is the usable cores minus the busy neighbours (at least one, at most
 the configured maximum), smoothed so a short burst (a shell command, the benchmark's own client) does not make
 it flap. llama.cpp's thread count does not change any result: each output element is computed by one thread
 whatever the split (tested token for token in tests/e2e/test_runner_e2e.py).
@@ -55,43 +55,63 @@ def _cgroup_quota() -> float | None:
         return None
 
 
-def runnable_neighbours() -> int | None:
-    """Tasks the kernel has runnable, minus this process's own running threads; None where unknown."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            running = next(int(line.split()[1]) for line in f if line.startswith(b"procs_running"))
-        ours = 0
-        for task in os.scandir("/proc/self/task"):
-            try:
-                with open(f"{task.path}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue  # the thread ended between the listing and the read
-            if stat[stat.rfind(b")") + 2:][:1] == b"R":
-                ours += 1
-        return max(0, running - ours)
-    except (OSError, StopIteration, ValueError):
-        return None
+class NeighbourLoad:
+    """Cores the other processes used since the last call: the machine's busy CPU time (/proc/stat) minus this
+    process's own (/proc/self/stat), over the wall time between the calls; None on the first call or where
+    /proc is missing.
+
+    A time average, not a look at the run queue: a process that runs briefly after each of our steps (a
+    streaming client reading its token) is runnable at exactly the moments a per-step sample would look, and
+    would read as a busy neighbour though it uses a tenth of a core.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._last: tuple[float, int, int] | None = None
+
+    def _read(self) -> tuple[int, int] | None:
+        try:
+            with open("/proc/stat", "rb") as f:
+                cpu = f.readline().split()
+            busy = sum(int(x) for i, x in enumerate(cpu[1:9]) if i not in (3, 4))  # all but idle and iowait
+            with open("/proc/self/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rfind(b")") + 2:].split()
+            return busy, int(fields[11]) + int(fields[12])  # utime + stime
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def __call__(self) -> float | None:
+        now, got = self._clock(), self._read()
+        if got is None:
+            return None
+        last, self._last = self._last, (now, got[0], got[1])
+        if last is None or now <= last[0]:
+            return None
+        others = (got[0] - last[1]) - (got[1] - last[2])
+        return max(0.0, others / self._hz / (now - last[0]))
 
 
 class ThreadGovernor:
     """Picks the compute thread count for the next step (see the module docstring).
 
-    `busy` is an exponentially weighted count of runnable neighbours, sampled at most every `interval_s`.
+    `busy` is an exponentially weighted average of the cores neighbours used (`NeighbourLoad`), sampled at most
+    every `interval_s`.
     One thread is given up as soon as the average says a neighbour holds a core (>= `down_at` of one); it is
     taken back only once the average has fallen below `up_at`, so the count changes at most a few times a
     second and not on every passing burst.
     """
 
     def __init__(
-        self, max_threads: int, *, cores: int | None = None, interval_s: float = 0.1, weight: float = 0.3,
-        down_at: float = 0.5, up_at: float = 0.2, sample: Callable[[], int | None] = runnable_neighbours,
+        self, max_threads: int, *, cores: int | None = None, interval_s: float = 0.25, weight: float = 0.3,
+        down_at: float = 0.5, up_at: float = 0.2, sample: Callable[[], float | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_threads = max(1, max_threads)
         self.cores = cores if cores is not None else usable_cores()
         self.interval_s, self.weight, self.down_at, self.up_at = interval_s, weight, down_at, up_at
-        self._sample, self._clock = sample, clock
+        self._sample, self._clock = sample or NeighbourLoad(clock), clock
         self._next = 0.0
         self.busy = 0.0  # smoothed runnable neighbours
         self.threads = self.max_threads
