@@ -8,9 +8,9 @@ has no barrier to wait at; it loses only the share of a core the neighbour takes
 
 So the runner asks a `ThreadGovernor` before each step. A few times a second it reads how much CPU time the
 machine spent busy (/proc/stat) and how much of it was this process's (/proc/self/stat): the rest, over the
-wall time, is how many cores the neighbours used. The thread count is the usable cores minus the busy neighbours (at least one, at most
-the configured maximum), smoothed so a short burst (a shell command, the benchmark's own client) does not make
-it flap. llama.cpp's thread count does not change any result: each output element is computed by one thread
+wall time, is how many cores the neighbours used. The thread count is the usable cores minus the busy
+neighbours (at least one, at most the configured maximum), smoothed so a short burst (a shell command, a
+streaming client on the same machine) does not make it flap. llama.cpp's thread count does not change any result: each output element is computed by one thread
 whatever the split (tested token for token in tests/e2e/test_runner_e2e.py).
 
 Hand-written because no library exposes it: the kernel's run queue is the only direct signal, and llama.cpp's
