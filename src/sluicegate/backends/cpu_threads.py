@@ -10,10 +10,11 @@ So the runner asks a `ThreadGovernor` before each step. A few times a second it 
 machine spent busy (/proc/stat) and how much of it was this process's (/proc/self/stat): the rest, over the
 wall time, is how many cores the neighbours used. The thread count is the usable cores minus the busy
 neighbours (at least one, at most the configured maximum), smoothed so a short burst (a shell command, a
-streaming client on the same machine) does not make it flap. llama.cpp's thread count does not change any result: each output element is computed by one thread
-whatever the split (tested token for token in tests/e2e/test_runner_e2e.py).
+streaming client on the same machine) does not make it flap. llama.cpp's thread count does not change any
+result: each output element is computed by one thread whatever the split (tested token for token in
+tests/e2e/test_runner_e2e.py).
 
-Hand-written because no library exposes it: the kernel's run queue is the only direct signal, and llama.cpp's
+Hand-written because no library exposes it: the kernel's CPU accounting is the only direct signal, and llama.cpp's
 threadpool API (which could pause threads itself) is not bound by llama-cpp-python.
 """
 
