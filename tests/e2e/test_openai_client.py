@@ -65,7 +65,13 @@ def test_streaming_with_usage_equals_whole(client: openai.OpenAI) -> None:
     chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text == whole.choices[0].message.content
-    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None and whole.usage is not None
+    streamed, first = chunks[-1].usage, whole.usage
+    assert (streamed.prompt_tokens, streamed.completion_tokens, streamed.total_tokens) == (
+        first.prompt_tokens, first.completion_tokens, first.total_tokens)
+    # the same prompt again: the prefix cache holds what the first request computed, so at least as much is reused
+    assert streamed.prompt_tokens_details is not None and first.prompt_tokens_details is not None
+    assert (streamed.prompt_tokens_details.cached_tokens or 0) >= (first.prompt_tokens_details.cached_tokens or 0)
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == [
         whole.choices[0].finish_reason
     ]

@@ -155,6 +155,7 @@ class AsyncUpstream:
         if left is not None and left <= 0:
             raise _Expired
         first_s = self.cfg.attempt_timeout_s if left is None else min(self.cfg.attempt_timeout_s, left)
+        by_budget = left is not None and left < self.cfg.attempt_timeout_s  # the caller's time bounds this wait
         loop = asyncio.get_running_loop()
         ep.acquire(time.monotonic())
         healthy: bool | None = False
@@ -180,7 +181,7 @@ class AsyncUpstream:
                     await resp.aclose()
         except TimeoutError:
             left = self._left(req, first=True)
-            if left is not None and left <= 0:
+            if by_budget or (left is not None and left <= 0):  # its timer is the deadline's (give or take a tick)
                 healthy = None
                 raise _Expired from None
             raise UpstreamFailure("upstream_timeout", f"no first token from the upstream within {first_s:g} s"
