@@ -23,15 +23,20 @@ from sluicegate.config import (
 from sluicegate.engine import SchedulerConfig
 
 
-def positive_hours(text: str) -> float:
-    """An argparse type: a positive, finite number of hours."""
+def _positive(text: str, unit: str, extra: str = "") -> float:
+    """A positive, finite number of `unit` (the argparse types below share it); `extra` ends the refusal."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number of {unit}: {text!r}") from None
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of hours")
+        raise argparse.ArgumentTypeError(f"must be a positive number of {unit}{extra}")
     return value
+
+
+def positive_hours(text: str) -> float:
+    """An argparse type: a positive, finite number of hours."""
+    return _positive(text, "hours")
 
 
 def host_list(text: str) -> list[str]:
@@ -49,13 +54,7 @@ def seconds_or_none(text: str) -> float | None:
     """An argparse type: a positive, finite number of seconds, or `none`."""
     if text.strip().lower() == "none":
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of seconds, or none")
-    return value
+    return _positive(text, "seconds", ", or none")
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -147,13 +146,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def positive_seconds(text: str) -> float:
     """An argparse type: a positive, finite number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return value
+    return _positive(text, "seconds")
 
 
 def positive_int(text: str) -> int:
