@@ -227,8 +227,9 @@ def test_a_queued_request_whose_deadline_passes_is_dropped_before_any_compute() 
 def test_cold_start_refuses_nothing_by_forecast() -> None:
     with served(Config()) as (s, _, eng), httpx.Client(base_url=s.url, timeout=120) as http:
         assert not eng.speed.measured
-        r = http.post("/v1/generate", json={"prompt": "Hi", "max_new_tokens": 1000},
-                      headers={"X-Request-Timeout": "0.3"})
+        # end-of-text forbidden: the reference model samples it now and then, which would end the run in time
+        r = http.post("/v1/completions", json={"model": "reference", "prompt": "Hi", "max_tokens": 1000,
+                                               "logit_bias": NO_EOS}, headers={"X-Request-Timeout": "0.3"})
         assert r.status_code == 504  # admitted (nothing measured yet), then cut by its deadline
         assert eng.stats.requests_shed == 0
 
