@@ -159,3 +159,34 @@ def test_jobs_share_the_worker_line_by_line(store: Store) -> None:
     got = jobs.leases.lease("w", 4, 600)
     assert sorted((x.job_id == small, x.line) for x in got) == [(False, 1), (False, 2), (True, 1), (True, 2)]
     assert {x.job_id for x in jobs.leases.lease("w", 10, 600)} == {big}
+
+
+def test_items_cancelled_before_their_tasks_first_ran_still_end(store: Store) -> None:
+    """A cancel that reaches the worker between leasing items and their tasks' first step (a task cancelled
+    before it runs never runs its body): the items still end `cancelled`, the slots free up, the job finishes."""
+    import asyncio
+
+    from sluicegate.jobs.worker import Outcome, Worker
+
+    jobs = JobStore(store)
+    job = make_job(jobs, 4)
+    ran: list[str] = []
+
+    async def handler(body: str, ctx: object) -> Outcome:
+        ran.append(body)
+        await asyncio.Event().wait()  # never answers: only a cancel ends it
+        raise AssertionError("unreachable")
+
+    async def scenario() -> None:
+        worker = Worker(jobs, {"/v1/completions": handler}, slots=4, lease_s=60, poll_s=0.05,
+                        finalizer=lambda j: (None, None), on_usage=lambda *a: None, on_final=lambda j, f: None)
+        for lease in jobs.leases.lease(worker.owner, 2, 60):
+            worker.run_item(lease)
+        assert jobs.cancel(job)
+        worker.cancel_job(job)  # before the loop yields: neither task has run a line yet
+        while any(i.state == S.LEASED for i in jobs.iter_items(job)):
+            await asyncio.sleep(0.01)
+        assert worker.written == 2 and not ran
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert sorted(i.state for i in jobs.iter_items(job)) == [S.ITEM_CANCELLED] * 4

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
@@ -58,6 +59,7 @@ Finalizer = Callable[[BatchJob], tuple[str | None, str | None]]  # the job's out
 class _Running:
     lease: Lease
     task: asyncio.Task[None]
+    writing: bool = False
 
 
 class Worker:
@@ -76,6 +78,7 @@ class Worker:
         self.owner = f"w_{secrets.token_hex(8)}"
         self._running: dict[int, _Running] = {}
         self._stopped_jobs: dict[str, str] = {}  # job id -> item state for its running items (cancel, expire)
+        self._writes: set[asyncio.Task[bool]] = set()  # halted items' results being written (kept referenced)
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -96,7 +99,7 @@ class Worker:
     def _abort(self, job_id: str, state: str) -> None:
         self._stopped_jobs[job_id] = state
         for r in list(self._running.values()):
-            if r.lease.job_id == job_id:
+            if r.lease.job_id == job_id and not r.writing:  # a result being written stands
                 r.task.cancel()
 
     async def stop(self) -> None:
@@ -133,8 +136,7 @@ class Worker:
                 free = self.slots - len(self._running)
                 if free > 0 and now >= self._backoff_until:
                     for lease in await asyncio.to_thread(self.jobs.leases.lease, self.owner, free, self.lease_s):
-                        task = asyncio.create_task(self._item(lease))
-                        self._running[lease.id] = _Running(lease, task)
+                        self.run_item(lease)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -168,17 +170,38 @@ class Worker:
             log.info("batch %s %s", job_id, final)
 
     # -- one item ----------------------------------------------------------------------------------------
+    def run_item(self, lease: Lease) -> None:
+        """Start running a leased item (the loop calls it for each lease it takes)."""
+        task = asyncio.create_task(self._item(lease))
+        task.add_done_callback(functools.partial(self._item_done, lease))
+        self._running[lease.id] = _Running(lease, task)
+
     async def _item(self, lease: Lease) -> None:
         try:
             await self._run_item(lease)
         except asyncio.CancelledError:
-            if not self._stopping:
+            # a cancel or expiry seen here may land at any await of the item (reading the job's state, the
+            # engine call): the item ends in the job's stopped state wherever it was, never left leased
+            halted = self._stopped_jobs.get(lease.job_id)
+            if self._stopping:
+                return  # stop() hands the lease back
+            if halted is None:
                 raise
+            await self._write(lease, halted, None, None)
         except Exception:
             log.exception("batch item %d: writing its result failed; its lease will expire", lease.id)
-        finally:
-            self._running.pop(lease.id, None)
-            self.wake()
+
+    def _item_done(self, lease: Lease, task: asyncio.Task[None]) -> None:
+        """An item's task ended, however: its slot frees up. A task cancelled before it first ran never ran
+        its body (nor its handlers): its item still gets the stopped job's state here, or it would stay leased,
+        renewed by nobody's item, and its job would never finish."""
+        self._running.pop(lease.id, None)
+        halted = self._stopped_jobs.get(lease.job_id)
+        if task.cancelled() and not self._stopping and halted is not None:
+            write = asyncio.create_task(self._write(lease, halted, None, None))
+            self._writes.add(write)
+            write.add_done_callback(self._writes.discard)
+        self.wake()
 
     async def _run_item(self, lease: Lease) -> None:
         states = await asyncio.to_thread(self.jobs.jobs_states, [lease.job_id])
@@ -196,14 +219,7 @@ class Worker:
             return
         ctx = RequestContext(request_id=f"req_batch_{lease.id:x}", priority=Priority.BATCH, tenant=key_id or "",
                              key_id=key_id)
-        try:
-            outcome = await handler(lease.body, ctx)
-        except asyncio.CancelledError:
-            halted = self._stopped_jobs.get(lease.job_id)
-            if self._stopping or halted is None:
-                raise
-            await self._write(lease, halted, None, None)
-            return
+        outcome = await handler(lease.body, ctx)
         if outcome.status_code == RETRY_STATUS:  # the engine is full or stopping: run it later
             self._backoff_until = time.monotonic() + self.poll_s * 4
             await asyncio.shield(asyncio.to_thread(self.jobs.leases.release_item, self.owner, lease.id))
@@ -215,6 +231,8 @@ class Worker:
     async def _write(self, lease: Lease, state: str, status: int | None, body: Any,
                      outcome: Outcome | None = None) -> bool:
         u = outcome.usage if outcome is not None else TokenUsage()
+        if (running := self._running.get(lease.id)) is not None:
+            running.writing = True
         written = await asyncio.shield(asyncio.to_thread(self.jobs.leases.finish_item, self.owner, lease.id, state,
                                                          status, body, u.prompt_tokens, u.generated_tokens))
         if written:
