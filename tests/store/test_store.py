@@ -122,3 +122,42 @@ def test_expiry_and_defaults(db_url: str) -> None:
             create_key(store, "x", set())
     finally:
         store.close()
+
+
+def test_threads_take_turns_on_the_in_memory_store() -> None:
+    """One shared SQLite connection: sessions in many threads, each writing in its own transaction, never see
+    each other's BEGIN/COMMIT/ROLLBACK (every write lands; none fails)."""
+    import threading
+
+    from sluicegate.store.db import in_memory
+
+    store = in_memory()
+    errors: list[BaseException] = []
+    try:
+        with store.session() as s, s.begin():
+            s.execute(text("CREATE TABLE turns (thread INTEGER, n INTEGER)"))
+
+        def work(t: int) -> None:
+            try:
+                for n in range(40):
+                    if n % 3 == 0:  # a transaction that rolls back, beside the others' commits
+                        with store.session() as s:
+                            s.execute(text("INSERT INTO turns VALUES (:t, :n)"), {"t": t, "n": n})
+                            s.rollback()
+                        continue
+                    with store.session() as s, s.begin():
+                        s.execute(text("INSERT INTO turns VALUES (:t, :n)"), {"t": t, "n": n})
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert errors == []
+        with store.session() as s:
+            rows = s.execute(text("SELECT thread, count(*) FROM turns GROUP BY thread")).all()
+        assert sorted(rows) == [(t, 26) for t in range(6)]  # 40 writes, 14 rolled back, per thread
+    finally:
+        store.close()

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sqlalchemy import delete, func, insert, literal, select, tuple_, update
-from sqlalchemy.orm import Session
-from sqlalchemy.pool import StaticPool
 
 from sluicegate.jobs.states import ACTIVE
 from sluicegate.store.db import Store
@@ -34,22 +30,6 @@ def new_id(prefix: str) -> str:
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-_SHARED_LOCKS: dict[int, threading.Lock] = {}
-
-
-@contextmanager
-def session_of(store: Store) -> Iterator[Session]:
-    """A session; on a store of one shared connection (in-memory SQLite: tests, the OpenAPI app) the job
-    system's threads take turns, since one SQLite connection cannot carry two transactions at once."""
-    if not isinstance(store.engine.pool, StaticPool):
-        with store.session() as s:
-            yield s
-        return
-    lock = _SHARED_LOCKS.setdefault(id(store.engine), threading.Lock())
-    with lock, store.session() as s:
-        yield s
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,23 +55,23 @@ class FileStore:
         now = utcnow()
         file_id = new_id("file-")
         expires = None if ttl_s is None else now + dt.timedelta(seconds=ttl_s)
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(insert(BatchFile).values(id=file_id, key_id=key_id, purpose=purpose,
                                                filename=filename[:255], bytes=UPLOADING, created_at=now,
                                                expires_at=expires))
         return file_id
 
     def append(self, file_id: str, seq: int, data: bytes) -> None:
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(insert(BatchFileChunk).values(file_id=file_id, seq=seq, data=data))
 
     def finish(self, file_id: str, size: int) -> None:
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(update(BatchFile).where(BatchFile.id == file_id).values(bytes=size))
 
     def get(self, file_id: str, key_id: str | None) -> FileInfo | None:
         """The file if it is whole, not expired, and the key's (every key's file is another's 404)."""
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             row = s.get(BatchFile, file_id)
         if row is None or row.bytes == UPLOADING or row.key_id != key_id:
             return None
@@ -106,7 +86,7 @@ class FileStore:
         q = q.where((f.expires_at.is_(None)) | (f.expires_at > utcnow()))
         if purpose is not None:
             q = q.where(f.purpose == purpose)
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             anchor = None if after is None else s.get(f, after)
             if anchor is not None:
                 pos, at = tuple_(f.created_at, f.id), tuple_(literal(anchor.created_at, UTCDateTime()), anchor.id)
@@ -116,12 +96,12 @@ class FileStore:
         return [FileInfo.of(r) for r in rows]
 
     def delete(self, file_id: str) -> None:
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(delete(BatchFileChunk).where(BatchFileChunk.file_id == file_id))
             s.execute(delete(BatchFile).where(BatchFile.id == file_id))
 
     def chunk(self, file_id: str, seq: int) -> bytes | None:
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             data = s.execute(select(BatchFileChunk.data).where(
                 BatchFileChunk.file_id == file_id, BatchFileChunk.seq == seq)).scalar_one_or_none()
         return None if data is None else bytes(data)
@@ -146,14 +126,14 @@ class FileStore:
         q = select(func.coalesce(func.sum(f.bytes), 0)).where(
             f.key_id.is_(None) if key_id is None else f.key_id == key_id, f.bytes >= 0,
             (f.expires_at.is_(None)) | (f.expires_at > utcnow()))
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             return int(s.execute(q).scalar_one())
 
     def prune(self) -> int:
         """Delete expired files, and uploads abandoned mid-way (over a day old); returns how many."""
         f = BatchFile
         now = utcnow()
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             ids = s.execute(select(f.id).where(
                 (f.expires_at <= now) | ((f.bytes == UPLOADING) & (f.created_at < now - dt.timedelta(days=1)))
             ).limit(1000)).scalars().all()
@@ -163,7 +143,7 @@ class FileStore:
 
     def in_use(self, file_id: str) -> bool:
         """Whether an unfinished job reads this file (it cannot be deleted under it)."""
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             return s.execute(select(BatchJob.id).where(
                 BatchJob.input_file_id == file_id, BatchJob.status.in_(ACTIVE)).limit(1)).first() is not None
 

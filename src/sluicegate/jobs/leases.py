@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from sluicegate.jobs import states as S
-from sluicegate.jobs.files import session_of, utcnow
+from sluicegate.jobs.files import utcnow
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchItem
 
@@ -52,28 +52,28 @@ class Leases:
                 .values(state=S.LEASED, owner=owner, lease_until=now + dt.timedelta(seconds=lease_s),
                         attempts=i.attempts + 1)
                 .returning(i.id, i.job_id, i.line, i.custom_id, i.body, i.attempts))
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             rows = s.execute(stmt).all()
         return sorted((Lease(*r) for r in rows), key=lambda x: x.id)
 
     def renew(self, owner: str, ids: Sequence[int], lease_s: float) -> None:
         if not ids:
             return
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(update(BatchItem).where(BatchItem.id.in_(ids), BatchItem.owner == owner,
                                               BatchItem.state == S.LEASED)
                       .values(lease_until=utcnow() + dt.timedelta(seconds=lease_s)))
 
     def release(self, owner: str) -> int:
         """Hand every lease of `owner` back (pending again, at once): a replica shutting down."""
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             res = s.execute(update(BatchItem).where(BatchItem.owner == owner, BatchItem.state == S.LEASED)
                             .values(state=S.PENDING, owner=None, lease_until=None, attempts=BatchItem.attempts - 1))
         return int(res.rowcount or 0)  # type: ignore[attr-defined]
 
     def release_item(self, owner: str, item_id: int) -> None:
         """One lease handed back (the item could not run now: the engine was full or stopping)."""
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(update(BatchItem).where(BatchItem.id == item_id, BatchItem.owner == owner,
                                               BatchItem.state == S.LEASED)
                       .values(state=S.PENDING, owner=None, lease_until=None, attempts=BatchItem.attempts - 1))
@@ -81,7 +81,7 @@ class Leases:
     def finish_item(self, owner: str, item_id: int, state: str, status_code: int | None, result: Any,
                     prompt_tokens: int = 0, completion_tokens: int = 0) -> bool:
         """Write the item's result if the caller still holds its lease; False: it does not (nothing written)."""
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             res = s.execute(update(BatchItem).where(
                 BatchItem.id == item_id, BatchItem.owner == owner, BatchItem.state == S.LEASED).values(
                 state=state, owner=None, lease_until=None, status_code=status_code,

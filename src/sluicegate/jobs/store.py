@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import delete, exists, func, insert, select, update
 
 from sluicegate.jobs import states as S
-from sluicegate.jobs.files import new_id, session_of, utcnow
+from sluicegate.jobs.files import new_id, utcnow
 from sluicegate.jobs.leases import Leases
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchItem, BatchJob
@@ -55,7 +55,7 @@ class JobStore:
                input_file_id: str | None, meta: dict[str, Any] | None) -> str:
         job_id = new_id("batch_")
         now = utcnow()
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(insert(BatchJob).values(
                 id=job_id, key_id=key_id, shape=shape, endpoint=endpoint, status=S.VALIDATING,
                 completion_window=window, input_file_id=input_file_id, meta=None if meta is None else json.dumps(meta),
@@ -70,14 +70,14 @@ class JobStore:
         full = [{"job_id": job_id, "custom_id": None, "body": None, "state": S.HELD, "status_code": None,
                  "result": None, "attempts": 0, "result_writes": 0, "finished_by": None, "prompt_tokens": 0,
                  "completion_tokens": 0, "finished_at": None, **r} for r in rows]
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(insert(BatchItem), full)
 
     def start(self, job_id: str, total: int, est_tokens: int) -> None:
         """Validated: the job turns in_progress and its items leasable, in one transaction. A job cancelled while
         it was validating keeps its status, and its items are cancelled instead."""
         now = utcnow()
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             res = s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status == S.VALIDATING).values(
                 status=S.IN_PROGRESS, in_progress_at=now, total=total, est_tokens=est_tokens))
             started = bool(res.rowcount)  # type: ignore[attr-defined]
@@ -90,20 +90,20 @@ class JobStore:
 
     def fail(self, job_id: str, errors: list[dict[str, Any]]) -> None:
         """Validation failed: the job fails whole, with OpenAI's `errors` list; no item runs."""
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(delete(BatchItem).where(BatchItem.job_id == job_id))
             s.execute(update(BatchJob).where(BatchJob.id == job_id).values(
                 status=S.FAILED, failed_at=utcnow(), errors=json.dumps({"object": "list", "data": errors})))
 
     def discard(self, job_id: str) -> None:
         """A job refused while it was being read (a per-key limit): as if it had never been."""
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(delete(BatchItem).where(BatchItem.job_id == job_id))
             s.execute(delete(BatchJob).where(BatchJob.id == job_id))
 
     # -- reading -----------------------------------------------------------------------------------------
     def view(self, job_id: str, key_id: str | None, *, shape: str | None = None) -> JobView | None:
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             job = s.get(BatchJob, job_id)
             if job is None or job.key_id != key_id or (shape is not None and job.shape != shape):
                 return None
@@ -118,7 +118,7 @@ class JobStore:
     def list_jobs(self, key_id: str | None, shape: str, *, limit: int, after: str | None) -> list[JobView]:
         j = BatchJob
         q = select(j).where(_owner_is(key_id), j.shape == shape)
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             anchor = None if after is None else s.get(j, after)
             if anchor is not None:
                 q = q.where((j.created_at < anchor.created_at) | ((j.created_at == anchor.created_at) & (j.id < after)))
@@ -129,14 +129,14 @@ class JobStore:
         """(unfinished jobs, their estimated tokens) of one key: the concurrency and enqueued-token limits."""
         q = select(func.count(), func.coalesce(func.sum(BatchJob.est_tokens), 0)).where(
             _owner_is(key_id), BatchJob.status.in_(S.ACTIVE))
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             n, tokens = s.execute(q).one()
         return int(n), int(tokens)
 
     def items(self, job_id: str, *, after_line: int, limit: int) -> list[BatchItem]:
         q = (select(BatchItem).where(BatchItem.job_id == job_id, BatchItem.line > after_line)
              .order_by(BatchItem.line).limit(limit))
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             return list(s.execute(q).scalars().all())
 
     def iter_items(self, job_id: str, page: int = 500) -> Iterator[BatchItem]:
@@ -148,7 +148,7 @@ class JobStore:
     def jobs_states(self, job_ids: Sequence[str]) -> dict[str, tuple[str, str, str | None, dt.datetime]]:
         """{job id: (state, endpoint, key id, expires_at)} for the given jobs."""
         j = BatchJob
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             rows = s.execute(select(j.id, j.status, j.endpoint, j.key_id, j.expires_at).where(j.id.in_(job_ids)))
             return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
@@ -157,7 +157,7 @@ class JobStore:
         """Cancelling: pending items never start; leased ones end as their workers see it. False: the job
         was already finished (or failed validation)."""
         now = utcnow()
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             res = s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status.in_(
                 (S.VALIDATING, S.IN_PROGRESS))).values(status=S.CANCELLING, cancelling_at=now))
             if not res.rowcount:  # type: ignore[attr-defined]
@@ -169,7 +169,7 @@ class JobStore:
     def expire_due(self) -> None:
         """Jobs past their window: their pending items expire (leased ones finish), then they finalize."""
         now = utcnow()
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             ids = s.execute(select(BatchJob.id).where(BatchJob.status == S.IN_PROGRESS,
                                                       BatchJob.expires_at <= now)).scalars().all()
             if ids:
@@ -183,7 +183,7 @@ class JobStore:
         no_open = ~exists().where(i.job_id == j.id, i.state.in_(S.OPEN_ITEMS))
         q = select(j.id).where(((j.status.in_((S.IN_PROGRESS, S.CANCELLING))) & no_open)
                                | ((j.status == S.FINALIZING) & (j.finalizing_at < stale)))
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             return list(s.execute(q.limit(100)).scalars().all())
 
     def claim_finalize(self, job_id: str, stale_s: float) -> BatchJob | None:
@@ -193,7 +193,7 @@ class JobStore:
         no_open = ~exists().where(i.job_id == j.id, i.state.in_(S.OPEN_ITEMS))
         cond = (((j.status.in_((S.IN_PROGRESS, S.CANCELLING))) & no_open)
                 | ((j.status == S.FINALIZING) & (j.finalizing_at < now - dt.timedelta(seconds=stale_s))))
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             res = s.execute(update(j).where(j.id == job_id, cond).values(status=S.FINALIZING, finalizing_at=now))
             if not res.rowcount:  # type: ignore[attr-defined]
                 return None
@@ -203,12 +203,12 @@ class JobStore:
         """Where a finalizing job ends, from how it got here: cancelled, expired, or completed."""
         if job.cancelling_at is not None:
             return S.CANCELLED
-        with session_of(self.store) as s:
+        with self.store.session() as s:
             expired = self._counts(s, job.id).get(S.ITEM_EXPIRED, 0)
         return S.EXPIRED if expired else S.COMPLETED
 
     def complete(self, job: BatchJob, final: str, output_file_id: str | None, error_file_id: str | None) -> None:
         stamp = {S.CANCELLED: "cancelled_at", S.EXPIRED: "expired_at", S.COMPLETED: "completed_at"}[final]
-        with session_of(self.store) as s, s.begin():
+        with self.store.session() as s, s.begin():
             s.execute(update(BatchJob).where(BatchJob.id == job.id, BatchJob.status == S.FINALIZING).values(
                 status=final, output_file_id=output_file_id, error_file_id=error_file_id, **{stamp: utcnow()}))

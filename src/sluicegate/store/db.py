@@ -6,6 +6,7 @@ the hot path (authenticating a request) reads an in-process cache instead (tenan
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,35 @@ def display_url(url: str | URL) -> str:
 
 def is_sqlite(url: str | URL) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
+
+
+class _TakeTurns(StaticPool):
+    """One shared connection (an in-memory SQLite database exists per connection) that threads take in turn.
+
+    SQLite cannot carry two transactions on one connection: two threads using it at once see each other's
+    BEGIN, COMMIT and ROLLBACK ("cannot rollback - no transaction is active", writes rolled back by another
+    thread's rollback). The connection is held from checkout to checkin, so one session at a time uses it; the
+    lock is re-entrant, since a thread may nest sessions. Acquired in `_do_get`, not in a `checkout` event:
+    the pool records the holder before that event fires, so a release there would come too late.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._turn = threading.RLock()
+
+    def _do_get(self) -> Any:
+        self._turn.acquire()
+        try:
+            return super()._do_get()
+        except BaseException:
+            self._turn.release()
+            raise
+
+    def _do_return_conn(self, record: Any) -> None:
+        try:
+            super()._do_return_conn(record)
+        finally:
+            self._turn.release()
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -74,7 +104,7 @@ def make_engine(url: str | URL, *, relaxed: bool = False) -> Engine:
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}, "hide_parameters": True,
                               **relax}
     if u.database in (None, "", ":memory:"):
-        kwargs["poolclass"] = StaticPool  # one shared connection: an in-memory database exists per connection
+        kwargs["poolclass"] = _TakeTurns  # one shared connection, used by one session at a time
     else:
         path = Path(u.database).expanduser()
         if not path.parent.exists():
