@@ -179,6 +179,37 @@ def test_interactive_requests_go_before_batch_ones_however_long_they_waited() ->
     assert fresh.status is SeqStatus.RUNNING and old_batch.status is SeqStatus.WAITING
 
 
+def test_an_interactive_prompt_prefills_while_batch_sequences_sit_the_step_out() -> None:
+    s = make(n_slots=4, max_batch_tokens=64)
+    jobs = [seq(6, max_new=100, priority=Priority.BATCH) for _ in range(2)]
+    for q in jobs:
+        s.add(q)
+    step(s)
+    chat = seq(10, max_new=5)
+    s.add(chat)
+    out = step(s)  # the arrival's prefill alone: its first token does not wait for the batch rows
+    assert [c.seq for c in out.chunks] == [chat] and len(chat.output_ids) == 1
+    assert all(len(q.output_ids) == 1 for q in jobs)
+    out = step(s)  # and then everyone decodes again
+    assert {c.seq for c in out.chunks} == {chat, *jobs}
+    late = seq(10, max_new=5, priority=Priority.BATCH)
+    s.add(late)
+    out = step(s)  # a batch arrival does not hold anyone back
+    assert {c.seq for c in out.chunks} == {chat, late, *jobs}
+
+
+def test_batch_sequences_sit_out_at_most_every_other_step() -> None:
+    s = make(n_slots=8, max_batch_tokens=64)
+    job = seq(6, max_new=1000, priority=Priority.BATCH)
+    s.add(job)
+    step(s)
+    for i in range(6):  # an interactive arrival before every step
+        s.add(seq(10, max_new=1000, arrival=float(i)))
+        out = step(s)
+        assert (job in {c.seq for c in out.chunks}) == (i % 2 == 1)
+    assert len(job.output_ids) == 4
+
+
 def test_batch_requests_age_among_themselves() -> None:
     s = make(n_slots=2, batch_aging_s=10.0)
     busy = seq(4, max_new=500, priority=Priority.BATCH, tenant="b", arrival=0.0)

@@ -16,6 +16,10 @@ capacity and is never promoted above interactive work); within the interactive c
 fewest running sequences first, then arrival order; within the batch class, requests that have waited longer
 than `batch_aging_s` first (aging among batch requests only, so one tenant's flood cannot hold another's old
 items back forever), then the tenant with the fewest running sequences, then arrival order.
+
+Interactive prompts first: in a step where an interactive prompt prefills while batch sequences run, the batch
+sequences sit that step out (at most every other step), so an arrival's first token waits for its own prefill
+alone, not for the batch rows beside it (the TTFT of interactive requests under a batch job: docs/jobs.md).
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ class Scheduler:
         self.waiting: list[Seq] = []
         self.running: list[Seq] = []
         self.waiting_tokens = 0
+        self._batch_held = False  # the last step held batch sequences back (engine: interactive prompts first)
 
     # -- admission ---------------------------------------------------------------------------------------
     def has_room(self, n_prompt_tokens: int, *, extra_requests: int = 0, extra_tokens: int = 0) -> bool:
@@ -153,20 +158,27 @@ class Scheduler:
             self.finish(seq, FinishReason.EXPIRED, now)
             out.expired.append(seq)
         budget = self.config.max_batch_tokens
+        # An interactive prompt goes first: while one is due to prefill, batch sequences sit out the step, so the
+        # arrival's first token waits for its own prefill only, not for the batch rows beside it. Never two steps
+        # running, so a stream of interactive arrivals slows batch work to half its pace at worst, never stops it.
+        hold = self._batch_held = not self._batch_held and self._interactive_prefill_due()
+        runnable = [s for s in self.running if not (hold and s.request.priority == Priority.BATCH)]
         # decode tokens in slot order: the runner computes them in that order, so their logits need no reordering
-        decoding = [s for s in sorted(self.running, key=_slot) if not s.in_prefill]
+        decoding = [s for s in sorted(runnable, key=_slot) if not s.in_prefill]
         budget -= len(decoding)
-        spare = budget - (self.config.min_prefill_chunk if len(decoding) < len(self.running) or self.waiting else 0)
+        spare = budget - (self.config.min_prefill_chunk if len(decoding) < len(runnable) or self.waiting else 0)
         for seq in decoding:
             drafts = self._drafts(seq, spare) if self.config.speculative_ngram > 0 else []
             spare -= len(drafts)
             budget -= len(drafts)
             out.chunks.append(Chunk(seq, seq.pending_ids() + drafts, seq.num_computed, True, len(drafts)))
-        for seq in self.running:
+        for seq in runnable:
             if seq.in_prefill:
                 budget -= self._add_prefill_chunk(seq, budget, out)
         while self.waiting and budget > 0:
             seq = self._next_waiting(now)
+            if hold and seq.request.priority == Priority.BATCH:
+                break  # only batch requests wait now (interactive ones come first): they start next step
             if budget < min(self.config.min_prefill_chunk, seq.prompt_len):
                 break
             acquired = self.slots.acquire(seq.request.prompt_ids)
@@ -181,6 +193,15 @@ class Scheduler:
             out.kv_ops.extend(acquired.ops)
             budget -= self._add_prefill_chunk(seq, budget, out)
         return out
+
+    def _interactive_prefill_due(self) -> bool:
+        """An interactive prompt prefills this step (one running in prefill, or one waiting with a slot free)
+        while batch sequences run beside it."""
+        if not any(s.request.priority == Priority.BATCH for s in self.running):
+            return False
+        if any(s.in_prefill and s.request.priority != Priority.BATCH for s in self.running):
+            return True
+        return self.slots.n_free > 0 and any(s.request.priority != Priority.BATCH for s in self.waiting)
 
     def _drafts(self, seq: Seq, spare: int) -> list[int]:
         """Prompt-lookup drafts for a greedy, unconstrained sequence without logprobs (engine/speculative.py);
