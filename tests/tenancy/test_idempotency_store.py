@@ -179,3 +179,51 @@ def test_without_on_conflict_the_constraint_still_decides(idem: IdempotencyStore
     assert idem.claim("s", "k", "/v1/generate", "other").outcome is Outcome.MISMATCH
     assert idem.complete("s", "k", first.owner, ANSWER)
     assert idem.claim("s", "k", "/v1/generate", "fp").answer == ANSWER
+
+
+def test_a_claim_at_once_never_waits_for_the_sqlite_write_lock(store: Store, idem: IdempotencyStore) -> None:
+    """On a SQLite file the claim runs on the caller's thread when the write lock is free, and gives way
+    (None, nothing written) when another writer holds it; on Postgres it always gives way to a thread."""
+    if not store.is_sqlite:
+        assert idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1") is None
+        return
+    with store.engine.connect() as other:
+        other.exec_driver_sql("BEGIN IMMEDIATE")  # another writer holds the file's write lock
+        assert idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1") is None
+        other.rollback()
+    assert rows(store) == 0
+    first = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
+    assert first is not None and first.outcome is Outcome.CLAIMED and idem.held == 1
+    again = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
+    assert again is not None and again.outcome is Outcome.IN_USE
+    assert idem.complete("key_a", "k1", first.owner, ANSWER)
+    replayed = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
+    assert replayed is not None and replayed.outcome is Outcome.REPLAY and replayed.answer == ANSWER
+
+
+def test_claims_made_on_the_event_loop_follow_the_same_rules(store: Store, idem: IdempotencyStore,
+                                                              clock: Clock) -> None:
+    """`claim_here` (SQLite: on the loop when the lock is free; Postgres: asynchronous connections) and the
+    thread's `claim` see one another's claims: in use, replayed, mismatched, expired and claimed anew."""
+    import asyncio
+
+    async def scenario() -> None:
+        try:
+            first = await idem.claim_here("key_a", "k1", "/v1/generate", "fp1")
+            assert first is not None and first.outcome is Outcome.CLAIMED and idem.held == 1
+            assert idem.claim("key_a", "k1", "/v1/generate", "fp1").outcome is Outcome.IN_USE
+            other = await idem.claim_here("key_a", "k1", "/v1/generate", "fp2")
+            assert other is not None and other.outcome is Outcome.MISMATCH
+            assert idem.complete("key_a", "k1", first.owner, ANSWER)
+            again = await idem.claim_here("key_a", "k1", "/v1/generate", "fp1")
+            assert again is not None and again.outcome is Outcome.REPLAY and again.answer == ANSWER
+            clock.advance(TTL_S + 1)  # expired: the key is free again, claimed in place
+            anew = await idem.claim_here("key_a", "k1", "/v1/generate", "fp2")
+            assert anew is not None and anew.outcome is Outcome.CLAIMED and rows(store) == 1
+            threaded = await asyncio.to_thread(idem.claim, "key_a", "k2", "/v1/generate", "fp1")
+            seen = await idem.claim_here("key_a", "k2", "/v1/generate", "fp1")
+            assert threaded.outcome is Outcome.CLAIMED and seen is not None and seen.outcome is Outcome.IN_USE
+        finally:
+            await idem.aclose()
+
+    asyncio.run(scenario())

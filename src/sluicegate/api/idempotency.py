@@ -107,7 +107,9 @@ async def begin(request: Request, key: str, parsed: BaseModel) -> Held | Respons
     fp = fingerprint(route, parsed)
     t = time.perf_counter()
     try:
-        claim = await asyncio.to_thread(state.idempotency.claim, scope, key, route, fp)
+        claim = await state.idempotency.claim_here(scope, key, route, fp)  # on the loop where it need not block
+        if claim is None:
+            claim = await asyncio.to_thread(state.idempotency.claim, scope, key, route, fp)
     except Exception:
         log.exception("%s the idempotency keys could not be read", ctx.request_id)
         raise ApiError("store_unavailable", "idempotency keys cannot be checked right now", retry_after=1) from None

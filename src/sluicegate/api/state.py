@@ -92,7 +92,7 @@ class AppState:
         if self._maintenance is not None:
             self._maintenance.cancel()
             self._maintenance = None
-        self.idempotency.close()
+        await self.idempotency.aclose()
         await asyncio.to_thread(self.ledger.close)
         await self.limiter.close()
 
