@@ -4,7 +4,7 @@
     ... bench/jobs.py --items 4 --probes 3 --rounds 1 --max-tokens 8                   # a smoke run
 
 One server (`sluicegate serve`, the default model, `--slots` slots, the batch worker at `--worker-slots`,
-default half of them), and per round, in this order:
+default a quarter of them), and per round, in this order:
 
 1. **idle TTFT**: `--probes` interactive streaming `/v1/completions` requests, one at a time (a pause between
    them), TTFT = send -> first streamed token, measured on the client;
@@ -150,10 +150,10 @@ def main() -> int:
     p.add_argument("--probe-tokens", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--slots", type=int, default=8)
-    p.add_argument("--worker-slots", type=int, default=None, help="default: half the slots")
+    p.add_argument("--worker-slots", type=int, default=None, help="default: a quarter of the slots (the server's)")
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
-    args.worker_slots = args.worker_slots or max(1, args.slots // 2)
+    args.worker_slots = args.worker_slots or max(1, args.slots // 4)
     with sluicegate_server("--slots", str(args.slots), "--batch-worker-slots", str(args.worker_slots),
                            "--batch-poll-seconds", "0.1") as url:
         rows = [asyncio.run(round_(url, args, r)) for r in range(args.rounds)]

@@ -47,7 +47,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-max-enqueued-tokens", type=int, default=j.max_enqueued_tokens,
                    help="estimated tokens of one API key's unfinished batch jobs")
     p.add_argument("--batch-worker-slots", type=int, default=j.worker_slots,
-                   help="batch items this process runs at once (default: half of --slots)")
+                   help="batch items this process runs at once (default: a quarter of --slots)")
     p.add_argument("--batch-lease-seconds", type=float, default=j.lease_s,
                    help="a batch item's lease: a dead replica's items are taken over after it")
     p.add_argument("--batch-poll-seconds", type=float, default=j.poll_s,

@@ -102,7 +102,7 @@ class JobsConfig:
     max_file_bytes: int = 200 << 20  # one uploaded file or JSONL body, streamed to the store (OpenAI's 200 MB)
     max_concurrent_jobs: int = 8  # a key's jobs queued or running at once
     max_enqueued_tokens: int = 10_000_000  # a key's estimated tokens (prompt + new) in jobs not yet finished
-    worker_slots: int | None = None  # items one process runs at once; None: half the engine's slots (>= 1)
+    worker_slots: int | None = None  # items one process runs at once; None: a quarter of the engine's slots (>= 1)
     lease_s: float = 30.0  # an item's lease; renewed every third of it; a dead process's items free up after it
     poll_s: float = 0.5  # how often an idle worker looks for items (a job created here wakes it at once)
     file_ttl_hours: float | None = None  # uploaded files expire after this; None: kept until deleted

@@ -35,7 +35,7 @@ class JobsRuntime:
     def start(self, served: Callable[[], ServedModel], engine_slots: int) -> None:
         """Start this process's worker (on the serving loop, once the model is loaded)."""
         c = self.config
-        slots = c.worker_slots if c.worker_slots is not None else max(1, engine_slots // 2)
+        slots = c.worker_slots if c.worker_slots is not None else max(1, engine_slots // 4)
         output_ttl = c.output_ttl_hours * 3600
 
         def finalize(job: BatchJob) -> tuple[str | None, str | None]:
