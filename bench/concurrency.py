@@ -4,9 +4,10 @@
     ... bench/concurrency.py --levels 1,16 --max-tokens 64                            # a quicker one
     ... bench/concurrency.py --route chat --levels 1,16 --max-tokens 64 --skip-shared  # streaming chat
 
-Three servers: sluicegate as it ships (flash attention off, so batching never changes an output),
-sluicegate with `--flash-attn`, and llama-server. All get the same GGUF, 2 threads, one slot per concurrent
-client (llama-server `-np N`), 1,024 positions per slot, and the same requests: streaming
+Three servers: sluicegate as it ships (flash attention, kept on its one-row path so batching never
+changes an output), sluicegate with `--no-flash-attn` (the plain attention kernels), and llama-server.
+All get the same GGUF, 2 threads, one slot per concurrent client (llama-server `-np N`), 1,024 positions
+per slot, and the same requests: streaming
 `POST /v1/completions` (or, with `--route chat`, `POST /v1/chat/completions` with the prompt as one user
 message) with one JSON body shape (greedy; end-of-text banned by logit_bias, so every request generates
 exactly `--max-tokens` tokens). For our servers the event loop's CPU per streamed token is read from
@@ -252,13 +253,13 @@ def cached_tokens(url: str) -> float:
 
 
 def server(kind: str, slots: int, log: Path) -> contextlib.AbstractContextManager[str]:
-    """`sluicegate` (exact: flash attention off), `sluicegate-fa` (--flash-attn), `llama-server`, or
+    """`sluicegate` (as shipped), `sluicegate-plain` (--no-flash-attn), `llama-server`, or
     `sluicegate-before` (the sources at $SLUICEGATE_BEFORE_SRC, e.g. a worktree of an older commit)."""
     if kind == "llama-server":
         return peer(slots, log)
     if kind == "sluicegate-before":
         return ours(slots, log, src=os.environ["SLUICEGATE_BEFORE_SRC"])
-    return ours(slots, log, *(["--flash-attn"] if kind == "sluicegate-fa" else []))
+    return ours(slots, log, *(["--no-flash-attn"] if kind == "sluicegate-plain" else []))
 
 
 def run_rounds(kinds: list[str], n: int, max_tokens: int, rounds: int, log: Path) -> dict[str, list[Level]]:
@@ -302,7 +303,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per level (median reported)")
     ap.add_argument("--shared-level", type=int, default=8)
     ap.add_argument("--skip-shared", action="store_true")
-    ap.add_argument("--servers", default="sluicegate,sluicegate-fa,llama-server")
+    ap.add_argument("--servers", default="sluicegate,sluicegate-plain,llama-server")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
     ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
     ap.add_argument("--route", choices=("completions", "chat"), default="completions")

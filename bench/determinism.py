@@ -1,7 +1,7 @@
 """Does llama.cpp compute a token the same way whatever the chunking and the company? Bit for bit.
 
-    .venv/bin/python bench/determinism.py                 # the runner as the server uses it
-    .venv/bin/python bench/determinism.py --flash-attn    # the same checks with flash attention on
+    .venv/bin/python bench/determinism.py                    # the runner as the server uses it (flash attention)
+    .venv/bin/python bench/determinism.py --no-flash-attn    # the same checks with the plain attention kernels
 
 Each check compares float32 logits with `np.array_equal` (no tolerance), through `LlamaCppRunner`:
   chunking   a 900-token prompt prefilled in random chunks of >= 2 tokens vs. in 64-token blocks
@@ -12,7 +12,8 @@ Each check compares float32 logits with `np.array_equal` (no tolerance), through
   decoded    logits after tokens fed one per step (decode) vs. the same tokens prefilled as a prompt
   sweep      (--reuse-sweep N) a prefix reused at every length 1..N (copied, cut there, 8 tokens prefilled
              after it) vs. the same prompt prefilled cold: what token-granular prefix reuse relies on
-and then times a 512-token prefill and a decode step of 8 sequences. docs/engine.md quotes the results.
+and then times a 512-token prefill, a decode step of 8 sequences and a lone sequence's decode step (at ~100
+positions, and at ~600 where flash attention computes it with its twin). docs/engine.md quotes the results.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--flash-attn", action="store_true", help="turn flash attention on (the default is off)")
+    ap.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=True,
+                    help="flash attention on its one-row path, as served (default), or the plain kernels")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--reuse-sweep", type=int, default=0, metavar="N", help="also check reuse at lengths 1..N")
     args = ap.parse_args()
@@ -39,7 +41,7 @@ def main() -> None:
     prompt = [int(t) for t in rng.integers(100, 40_000, size=900)]
     other = [int(t) for t in rng.integers(100, 40_000, size=1800)]
     results: list[tuple[str, int, int, float]] = []
-    mode = "flash attention ON" if args.flash_attn else "flash attention off (the server's setting)"
+    mode = "flash attention on (the server's default)" if args.flash_attn else "flash attention off"
     print(f"\n{mode}\n", flush=True)
     print("| check | bit-identical | max abs diff |\n|---|---|---|", flush=True)
 
@@ -193,8 +195,17 @@ def main() -> None:
     for k in range(10):
         r.execute([BatchItem(s, [7], 600 + k, True) for s in range(8)])
     step = (time.perf_counter() - t0) / 10
+    lone = {}
+    for at in (100, 600):
+        r.clear(0)
+        fill(0, other[:at])
+        t0 = time.perf_counter()
+        for k in range(20):
+            r.execute([BatchItem(0, [7], at + k, True)])
+        lone[at] = (time.perf_counter() - t0) / 20
     print(f"\nprefill: {pf:.0f} tokens/s (512-token chunks); decode: {step * 1e3:.1f} ms per step of 8 "
-          f"sequences at ~600 positions ({8 / step:.0f} tokens/s)")
+          f"sequences at ~600 positions ({8 / step:.0f} tokens/s); one sequence: {lone[100] * 1e3:.1f} ms a step "
+          f"at ~100 positions, {lone[600] * 1e3:.1f} ms at ~600")
     r.close()
 
 

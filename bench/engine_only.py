@@ -1,6 +1,6 @@
 """The concurrency workload through the engine alone: no HTTP, no client, same runner and scheduler.
 
-    .venv/bin/python bench/engine_only.py [--streams 16] [--max-tokens 128] [--flash-attn]
+    .venv/bin/python bench/engine_only.py [--streams 16] [--max-tokens 128] [--no-flash-attn]
 
 `--streams` threads each submit the next of `bench/concurrency.py`'s prompts (greedy, end-of-text banned) to
 an in-process `Engine` as soon as their previous request finishes. Prints tokens/s and how much of the wall
@@ -67,7 +67,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--flash-attn", action="store_true")
+    ap.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=True)
     args = ap.parse_args()
     runner = TimedRunner(default_model_path(), n_ctx=CTX_PER_SLOT, n_slots=args.streams, n_threads=2,
                          flash_attn=args.flash_attn)

@@ -3,8 +3,9 @@
     flock /tmp/sluicegate-bench.lock .venv/bin/python bench/fidelity.py [--new-tokens 64]
 
 Runs the 32 requests of tests/e2e/test_batching.py through the engine (LlamaCppRunner, 16 slots) one at a
-time and then all at once, with llama.cpp's flash attention on and off, and counts the requests whose token
-ids differ, with the first differing position. docs/engine.md quotes the result.
+time and then all at once, with llama.cpp's flash attention on (as the runner ships it: every call on the
+kernel's one-row path) and off, and counts the requests whose token ids differ, with the first differing
+position. docs/engine.md quotes the result.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 Measures, through our runner (llama.cpp, 2 threads, one KV stream per slot), what the forward passes of
 `bench/concurrency.py`'s workload cost when nothing else runs: each prompt's prefill (ms per prompt token),
 and a decode step of `--streams` sequences at the workload's mean context (ms per generated token); with
-flash attention off (as we ship) and on (llama-server's default). The roof is then
+flash attention off and on (as we ship it, kept on its one-row path; llama-server's default). The roof is then
 generated tokens / (prefill time of every prompt + decode time of every generated token):
 no scheduler, no HTTP, no sampling, and no closed-loop tail where fewer streams run, so a real server stays
 below it. Prints a markdown table.

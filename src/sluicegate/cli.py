@@ -74,13 +74,14 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="most CPU threads for compute (default: the usable cores: affinity and cgroup quota)")
     p.add_argument("--adaptive-threads", action=argparse.BooleanOptionalAction, default=True,
                    help="use fewer threads while other processes hold cores (default: on; docs/engine.md)")
-    p.add_argument("--flash-attn", action="store_true",
-                   help="llama.cpp flash attention: faster decoding, but a request's tokens may then depend on "
-                        "what else is batched with it (docs/engine.md)")
+    p.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=True,
+                   help="llama.cpp flash attention, every call kept on its one-row path: outputs never depend on "
+                        "batching, and a conversation's earlier replies are reused from the cache (default: on; "
+                        "--no-flash-attn: the plain attention kernels; docs/engine.md)")
     sc = SchedulerConfig()
     p.add_argument("--speculative-ngram", type=nonnegative_int, default=sc.speculative_ngram, metavar="K",
                    help="opt-in speculative decoding for greedy requests: up to K prompt-lookup draft tokens "
-                        "verified per step (vLLM's ngram method; default 0: off). Like --flash-attn, outputs may "
+                        "verified per step (vLLM's ngram method; default 0: off). Outputs may "
                         "then differ from one-token-at-a-time decoding (docs/engine.md)")
     p.add_argument("--prompt-lookup-max", type=positive_int, default=sc.prompt_lookup_max, metavar="N",
                    help=f"speculative decoding: longest n-gram matched to find drafts (default {sc.prompt_lookup_max})")

@@ -18,7 +18,7 @@ class ModelConfig:
     n_batch: int = 512  # most tokens in one forward step
     n_threads: int | None = None  # most CPU threads for compute; None: the usable cores (affinity, cgroup quota)
     adaptive_threads: bool = True  # fewer threads while other processes hold cores (backends/cpu_threads.py)
-    flash_attn: bool = False  # faster, but batched outputs may differ from solo ones (docs/engine.md)
+    flash_attn: bool = True  # flash attention on its one-row path: exact in any batch, decoded KV reusable
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,7 +89,7 @@ def test_fingerprint_follows_weights_and_engine_config() -> None:
 
 
 class BatchVariantRunner(ReferenceRunner):
-    """The reference model, declaring batch-dependent numerics (as llama.cpp with flash attention does)."""
+    """The reference model, declaring batch-dependent numerics (as llama.cpp with split-KV flash attention would)."""
 
     @property
     def limits(self) -> RunnerLimits:

@@ -1,5 +1,5 @@
-"""The real llama.cpp runner and server: control-token parsing on the text routes, flash attention marking the
-runner batch-variant (fingerprint and start-up warning), and thread-count changes leaving results alone."""
+"""The real llama.cpp runner and server: control-token parsing on the text routes, the attention kernels named in
+the fingerprint, and thread-count changes leaving results alone."""
 
 from __future__ import annotations
 
@@ -40,30 +40,29 @@ def test_a_chatml_prompt_on_completions_is_read_with_its_control_tokens(server: 
     assert native_plain.json()["usage"]["prompt_tokens"] == len(plain)  # /v1/generate keeps its default
 
 
-def test_flash_attention_marks_the_real_runner_batch_variant(tmp_path: Path) -> None:
-    plain = LlamaCppRunner(default_model_path(), n_ctx=64, n_slots=1)
-    fast = LlamaCppRunner(default_model_path(), n_ctx=64, n_slots=1, flash_attn=True)
+def test_the_attention_kernels_are_in_the_fingerprint_and_neither_is_batch_variant(tmp_path: Path) -> None:
+    """Flash attention (the default, kept on its one-row path) and the plain kernels are both batch-invariant
+    but round differently from each other: `system_fingerprint` tells them apart; neither start-up warns."""
+    plain = LlamaCppRunner(default_model_path(), n_ctx=64, n_slots=1, flash_attn=False)
+    fast = LlamaCppRunner(default_model_path(), n_ctx=64, n_slots=1)
     try:
-        assert plain.limits.batch_invariant and not fast.limits.batch_invariant
+        assert plain.limits.batch_invariant and fast.limits.batch_invariant
+        assert fast.limits.decoded_kv_exact and not plain.limits.decoded_kv_exact
+        assert (fast.limits.numerics, plain.limits.numerics) == ("flash-attn:k=bf16:v=f16", "")
     finally:
         plain.close()
         fast.close()
-    srv = start_server(tmp_path, "--slots", "2", "--ctx", "256", "--flash-attn")
-    try:
-        with httpx.Client(base_url=srv.url, timeout=120) as http:
-            body = {"model": "smollm2-135m-instruct", "prompt": "Hi", "max_tokens": 1}
-            fp = http.post("/v1/completions", json=body).json()["system_fingerprint"]
-    finally:
-        stop_server(srv)
-    log = srv.log()
-    assert "flash attention is on" in log
-    srv2 = start_server(tmp_path, "--slots", "2", "--ctx", "256")
-    try:
-        with httpx.Client(base_url=srv2.url, timeout=120) as http:
-            fp2 = http.post("/v1/completions", json=body).json()["system_fingerprint"]
-    finally:
-        stop_server(srv2)
-    assert fp != fp2 and "flash attention is on" not in srv2.log()
+    body = {"model": "smollm2-135m-instruct", "prompt": "Hi", "max_tokens": 1}
+    prints = []
+    for flag in ("--flash-attn", "--no-flash-attn"):
+        srv = start_server(tmp_path, "--slots", "2", "--ctx", "256", flag)
+        try:
+            with httpx.Client(base_url=srv.url, timeout=120) as http:
+                prints.append(http.post("/v1/completions", json=body).json()["system_fingerprint"])
+        finally:
+            stop_server(srv)
+        assert "depend on what is batched" not in srv.log()
+    assert prints[0] != prints[1]
 
 
 def _greedy(runner: LlamaCppRunner, prompts: list[str], steps: int) -> tuple[list[list[int]], bytes]:

@@ -150,8 +150,11 @@ class AppState:
             self.config.port, time.monotonic() - self.load_started,
         )
         if not runner.limits.batch_invariant:
-            log.warning("flash attention is on: a request's tokens may depend on what is batched with it")
-        if self.config.engine.speculative_ngram:
+            log.warning("this runner's numerics depend on batching: a request's tokens may depend on what is "
+                        "batched with it")
+        if self.config.engine.speculative_ngram and runner.limits.decoded_kv_exact:
+            log.info("speculative decoding is on; drafts are verified with the numerics of one-token decoding")
+        elif self.config.engine.speculative_ngram:
             log.warning("speculative decoding is on: a greedy request's tokens may differ from one-token-at-a-time "
                         "decoding (multi-token verification rounds differently)")
 

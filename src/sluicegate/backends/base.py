@@ -49,6 +49,10 @@ class RunnerLimits:
     eos_ids: frozenset[int] = field(default_factory=frozenset)
     bos_id: int | None = None
     batch_invariant: bool = True  # a token's numerics do not depend on the batch around it (docs/engine.md)
+    # a decoded token's KV equals what a prefill of the same token computes, so a finished reply is reusable as
+    # the prompt prefix of the conversation's next turn (docs/engine.md, "Prefix cache")
+    decoded_kv_exact: bool = False
+    numerics: str = ""  # which kernels compute (e.g. "flash-attn"): part of `system_fingerprint`
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,21 @@
 is in the step (measured in shared notes/llama-cpp.md: with a unified KV, batched greedy output diverged).
 The context is sized `n_ctx * n_slots`, so each slot sees a window of `n_ctx` positions.
 
-Flash attention is off: ggml's CPU flash-attention kernel picks one of three code paths per micro-batch
-(split-KV for a lone one-token sequence over >= 512 cached positions, tiled for >= 64 query rows, one row at
-a time otherwise), and they round differently, so a token's logits changed with how its prompt was chunked
-and with whether a neighbouring slot shared its micro-batch. With the plain attention path a token's numerics
-depend only on whether its sequence had one token or several in the micro-batch, which `execute` and the
-scheduler keep fixed (docs/engine.md has the measurements; `bench/determinism.py` reproduces them).
+Flash attention is on by default, with the K cache in bf16 (V stays f16), which keeps ggml's CPU kernel on
+one code path. The kernel (ggml-cpu/ops.cpp, `ggml_compute_forward_flash_attn_ext_f16`) has three: *split-KV*
+for one token of one sequence over >= 512 KV cells, *tiled* for >= 64 query rows of a sequence, and *one row
+at a time* otherwise, and they round differently, so with llama.cpp's default f16/f16 cache a token's logits
+depend on its company and on how its prompt was cut. The first two require an f16 or f32 K cache of V's
+type; with K in bf16 every call takes the one-row path, which computes each query row on its own. A token's
+logits and KV then depend on nothing but its sequence: not its company, not the chunking, not whether it was
+decoded or prefilled (`RunnerLimits.decoded_kv_exact`: a conversation's earlier replies are reusable). bf16
+keys cost nothing measurable in speed or quality here (docs/engine.md has both), and a step is one
+`llama_decode` call whatever it holds.
+
+`flash_attn=False` uses the plain `mul_mat` + `soft_max` attention, where a token computed alone in its
+sequence's micro-batch rounds differently from one computed with others of its sequence; `execute` then
+uses a two-call layout that keeps each item whole, and decoded KV is not reused (docs/engine.md has the
+measurements; `bench/determinism.py` reproduces them).
 """
 
 from __future__ import annotations
@@ -26,8 +35,11 @@ import numpy as np
 from sluicegate.backends.base import BatchItem, Logits, ModelIdentity, RunnerLimits
 from sluicegate.backends.cpu_threads import ThreadGovernor, usable_cores
 from sluicegate.backends.identity import file_digest, slug
+from sluicegate.backends.llama_batch import Batch, n_rows
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# KV cache element types by name (ggml.h's enum; llama-cpp-python exports only F32 and F16)
+CACHE_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "bf16": 30}
 
 
 def default_model_path() -> Path:
@@ -60,11 +72,13 @@ class LlamaCppRunner:
 
     def __init__(
         self, path: Path, *, n_ctx: int = 2048, n_slots: int = 16, n_batch: int = 512, n_threads: int | None = None,
-        name: str | None = None, version: str | None = None, flash_attn: bool = False, adaptive_threads: bool = True,
-        vocab_only: bool = False,
+        name: str | None = None, version: str | None = None, flash_attn: bool = True, adaptive_threads: bool = True,
+        vocab_only: bool = False, cache_types: tuple[str, str] = ("bf16", "f16"),
     ) -> None:
         """`vocab_only`: the tokenizer alone (no weights, no context; `execute` is unusable), for a model an
-        upstream engine runs."""
+        upstream engine runs. `cache_types`: the K and V cache types with flash attention; an f16 or f32 K of
+        V's type (llama.cpp's default) lets ggml leave the one-row path, and the limits then say the numerics
+        depend on the batch."""
         _init_backend()
         self._path = path
         mparams = L.llama_model_default_params()
@@ -83,10 +97,14 @@ class LlamaCppRunner:
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_slots
         cparams.kv_unified = False
-        # flash attention breaks batch- and chunk-invariance (module docstring); on only for measurements
+        self._flash = flash_attn
         cparams.flash_attn_type = (
             L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
+        # flash attention's one-row path for every call unless K is f16/f32 of V's type (module docstring)
+        one_row = not flash_attn or cache_types[0] not in ("f16", "f32") or cache_types[0] != cache_types[1]
+        if flash_attn:  # `cache_types` (K, V): bf16 keys by default; others for measurements (bench/kv_types.py)
+            cparams.type_k, cparams.type_v = (CACHE_TYPES[t] for t in cache_types)
         threads = n_threads or usable_cores()
         # Fewer threads while other processes hold cores (backends/cpu_threads.py); results do not change.
         self._governor = ThreadGovernor(threads) if adaptive_threads and threads > 1 else None
@@ -100,14 +118,15 @@ class LlamaCppRunner:
             raise ValueError("could not create a llama.cpp context (too many slots or too long a window?)")
         self._mem = L.llama_get_memory(self._ctx) if self._ctx else None
         self._n_vocab = int(L.llama_vocab_n_tokens(self._vocab))
-        self._batch = _Batch(n_batch)
+        self._batch = Batch(n_batch)
         self._piece_cache: dict[int, bytes] = {}
         eos = {i for i in range(self._n_vocab) if L.llama_vocab_is_eog(self._vocab, i)}
         bos = int(L.llama_vocab_bos(self._vocab))
         self._limits = RunnerLimits(
             n_ctx=n_ctx, n_slots=n_slots, n_vocab=self._n_vocab, n_batch=n_batch,
             eos_ids=frozenset(eos), bos_id=bos if bos >= 0 else None,
-            batch_invariant=not flash_attn,  # flash attention's kernels round differently in company
+            batch_invariant=one_row, decoded_kv_exact=flash_attn and one_row,
+            numerics=f"flash-attn:k={cache_types[0]}:v={cache_types[1]}" if flash_attn else "",
         )
         digest = "unknown" if vocab_only else file_digest(path)
         meta_name = self._meta("general.name")
@@ -171,29 +190,32 @@ class LlamaCppRunner:
         return self._piece(token_id, True).decode("utf-8", errors="replace")
 
     def execute(self, batch: Sequence[BatchItem]) -> Logits:
-        """One step, as at most two `llama_decode` calls that fix how each item is split into micro-batches.
+        """One step. With flash attention (every call on its one-row path) the whole step is one `llama_decode`
+        and the result is a view of llama.cpp's own logits buffer, rows in item order: valid until the next
+        `execute`, which is all the engine needs (it samples before the next step).
 
-        With one KV stream per slot, llama.cpp splits a batch into micro-batches of *consecutive* sequence ids
+        With the plain kernels, at most two calls that fix how each item is split into micro-batches. With
+        one KV stream per slot, llama.cpp splits a batch into micro-batches of *consecutive* sequence ids
         taking the same number of tokens from each (llama_batch_allocr::split_equal). A prompt chunk next to
         a neighbour's one decode token would be split into a 1-token piece and the rest, and a token computed
         as its sequence's only token in a micro-batch rounds differently from one computed with others of its
         sequence (docs/engine.md). So: one call with every single-token item, in slot order (consecutive busy
         slots share one pass over the weights), then one with every longer item in *descending* slot order,
-        which llama.cpp cannot chain, so each chunk is computed whole in its own micro-batch.
-
-        A step of decode tokens alone whose items come in slot order (the scheduler's order) returns a view of
-        llama.cpp's own logits buffer, not a copy: valid until the next `execute`, which is all the engine
-        needs (it samples before the next step). Otherwise the rows are gathered with one copy per call.
+        which llama.cpp cannot chain, so each chunk is computed whole in its own micro-batch. A step of decode
+        tokens alone in slot order (the scheduler's order) returns a view too; otherwise rows are gathered
+        with one copy per call.
         """
         if sum(len(item.token_ids) for item in batch) > self._limits.n_batch:
             raise ValueError(f"a step carries at most {self._limits.n_batch} tokens")
         if self._governor is not None and (n := self._governor.pick()) != self._threads:
             L.llama_set_n_threads(self._ctx, n, n)
             self._threads = n
+        if self._flash:
+            return self._decode(batch)
         first_row = [0]  # item k's logits rows are first_row[k] .. first_row[k+1]-1 of the result
         for item in batch:
-            first_row.append(first_row[-1] + _n_rows(item))
-        n_rows = first_row[-1]
+            first_row.append(first_row[-1] + n_rows(item))
+        total = first_row[-1]
         by_slot = sorted(range(len(batch)), key=lambda k: batch[k].slot)
         singles = [k for k in by_slot if len(batch[k].token_ids) == 1]
         chunks = [k for k in reversed(by_slot) if len(batch[k].token_ids) > 1]
@@ -204,12 +226,12 @@ class LlamaCppRunner:
         if not chunks:
             view = self._decode([batch[k] for k in singles])
             rows = rows_of(singles)
-            if rows == list(range(n_rows)):
+            if rows == list(range(total)):
                 return view
-            gathered = np.empty((n_rows, self._n_vocab), dtype=np.float32)
+            gathered = np.empty((total, self._n_vocab), dtype=np.float32)
             gathered[rows] = view
             return gathered
-        out = np.empty((n_rows, self._n_vocab), dtype=np.float32)
+        out = np.empty((total, self._n_vocab), dtype=np.float32)
         for group in (singles, chunks):
             if group:
                 view = self._decode([batch[k] for k in group])
@@ -248,53 +270,3 @@ class LlamaCppRunner:
         elif self._model and self._mem is None:  # vocab only: no context was made
             L.llama_model_free(self._model)
             self._model = None
-
-
-def _n_rows(item: BatchItem) -> int:
-    """Logits rows `item` asks for: one per token (`logits_all`), its last token's, or none."""
-    return len(item.token_ids) if item.logits_all else int(item.want_logits)
-
-
-_IntP = ctypes.POINTER(ctypes.c_int)
-
-
-class _Batch:
-    """A `llama_batch` over arrays numpy owns, filled with a few slice assignments per step instead of five
-    ctypes writes per token (llama-cpp-python's `llama_batch_init` arrays are only reachable one element at
-    a time). Each token belongs to one sequence: `seq_id[i]` points at `seq[i]` once and for all."""
-
-    def __init__(self, n: int) -> None:
-        self.token = np.zeros(n, dtype=np.int32)
-        self.pos = np.zeros(n, dtype=np.int32)
-        self.n_seq_id = np.ones(n, dtype=np.int32)
-        self.seq = np.zeros(n, dtype=np.int32)
-        self.logits = np.zeros(n, dtype=np.int8)
-        base = self.seq.ctypes.data
-        self._seq_ptrs = (_IntP * n)(*(ctypes.cast(base + 4 * i, _IntP) for i in range(n)))
-        self.struct = L.llama_batch(
-            n_tokens=0, token=self.token.ctypes.data_as(_IntP), embd=None, pos=self.pos.ctypes.data_as(_IntP),
-            n_seq_id=self.n_seq_id.ctypes.data_as(_IntP), seq_id=ctypes.cast(self._seq_ptrs, ctypes.POINTER(_IntP)),
-            logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
-        )
-
-    def fill(self, items: Sequence[BatchItem]) -> int:
-        """Lay `items` out one after the other; logits for each wanting item's last token (every token of a
-        `logits_all` item). Returns tokens."""
-        if all(len(item.token_ids) == 1 for item in items):  # a decode step: one vectorised write per array
-            n = len(items)
-            self.token[:n] = [item.token_ids[0] for item in items]
-            self.pos[:n] = [item.start_pos for item in items]
-            self.seq[:n] = [item.slot for item in items]
-            self.logits[:n] = [item.want_logits or item.logits_all for item in items]
-        else:
-            n = 0
-            for item in items:
-                k = len(item.token_ids)
-                self.token[n : n + k] = item.token_ids
-                self.pos[n : n + k] = np.arange(item.start_pos, item.start_pos + k, dtype=np.int32)
-                self.seq[n : n + k] = item.slot
-                self.logits[n : n + k] = item.logits_all
-                self.logits[n + k - 1] = item.want_logits or item.logits_all
-                n += k
-        self.struct.n_tokens = n
-        return n
