@@ -19,17 +19,21 @@ LETTERS = list(b"abcdefghijklmnopqrstuvwxyz ")
 
 
 def kv_matches_cache(eng: Engine, runner: Runner) -> None:
-    """What the prefix cache says each slot holds is what the runner's KV holds, all computed as prompt."""
+    """What the prefix cache says each slot holds is what the runner's KV holds, all computed as prompt (or,
+    with exact replies, computed by a runner where that makes no difference)."""
     slots = eng.scheduler.slots
     for slot in range(slots.n_slots):
         n = slots.n_cached(slot)
         assert runner._slots[slot][:n] == slots.tree.tokens(slot), slot
-        assert not any(runner._alone[slot][:n]), f"slot {slot} caches tokens computed one at a time"
+        if not eng.scheduler.exact_replies:
+            assert not any(runner._alone[slot][:n]), f"slot {slot} caches tokens computed one at a time"
     slots.tree.check()
 
 
-def cold(prompts: Sequence[list[int]], params: Sequence[dict[str, object]]) -> list[list[int]]:
-    with engine(NO_REUSE, n_slots=2, **DRIFT) as (eng, _):
+def cold(
+    prompts: Sequence[list[int]], params: Sequence[dict[str, object]], drift: dict[str, float] = DRIFT,
+) -> list[list[int]]:
+    with engine(NO_REUSE, n_slots=2, **drift) as (eng, _):
         outs = [run(eng, req(p, **v)) for p, v in zip(prompts, params, strict=True)]
         for c in outs:
             assert c.wait().cached_tokens == 0
@@ -86,6 +90,69 @@ def test_multi_turn_history_reuses_earlier_prompts_but_not_replies() -> None:
             previous_prompt = len(prompt)
         kv_matches_cache(eng, runner)
     assert outs == cold(prompts, [{"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}] * len(prompts))
+
+
+def conversation(
+    eng: Engine, turns: Sequence[bytes], temperature: float = 0.0, max_new_tokens: int = 6,
+) -> tuple[list[list[int]], list[int]]:
+    """Each turn resends the whole history with the replies given: (prompts, cached tokens); turn i seeded i."""
+    history: list[int] = [256, *b"You are terse. "]
+    prompts, cached = [], []
+    for i, user in enumerate(turns):
+        prompt = [*history, *user]
+        c = run(eng, req(prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=i, ignore_eos=True))
+        cached.append(c.wait().cached_tokens)
+        prompts.append(prompt)
+        history = [*prompt, *c.tokens]
+    return prompts, cached
+
+
+def cold_conversation(
+    turns: Sequence[bytes], temperature: float, drift: dict[str, float],
+) -> tuple[list[list[int]], list[int]]:
+    with engine(NO_REUSE, n_slots=2, **drift) as (eng, _):
+        return conversation(eng, turns, temperature)
+
+
+TURNS = [b"<u>Hi there.<a>", b"<u>And then?<a>", b"<u>Why so?<a>", b"<u>Bye.<a>"]
+SHORT_TURNS = [b"Hi", b"?!", b"?!", b"?!"]  # the reply ends right before the next reply: its state matters most
+
+
+def test_a_runner_with_exact_decoded_kv_reuses_the_replies_too() -> None:
+    """llama.cpp's flash-attention row path computes a decoded token's KV as a prefill would
+    (`decoded_kv_exact`): the next turn reuses the whole history but the last reply token (never computed)."""
+    for turns, temperature in ((TURNS, 0.0), (SHORT_TURNS, 1.0)):
+        with engine(None, decoded_kv_exact=True) as (eng, runner):
+            assert eng.scheduler.exact_replies
+            prompts, cached = conversation(eng, turns, temperature)
+            kv_matches_cache(eng, runner)
+        assert cached == [0] + [len(p) + 6 - 1 for p in prompts[:-1]]
+        # each turn's prompt holds the replies before it: the same replies as a cold cache gave, token for token
+        assert prompts == cold_conversation(turns, temperature, {})[0]
+
+
+def test_exact_replies_with_speculative_drafts_cache_only_what_the_kv_holds() -> None:
+    """Drafts accepted in a verification step are computed and become part of the reply; a step may also compute
+    drafts past the token that ends the sequence. The cache must claim exactly the KV's tokens, and a
+    conversation must answer as a cold cache without speculation does."""
+    turns = [b"<u>Repeat: abcabcabcabc<a>", b"<u>Again: xyzxyzxyz<a>", b"<u>And: abcabc<a>"]
+    for max_new in (5, 9, 17):
+        with engine(SchedulerConfig(speculative_ngram=4), decoded_kv_exact=True) as (eng, runner):
+            prompts, cached = conversation(eng, turns, max_new_tokens=max_new)
+            kv_matches_cache(eng, runner)
+            assert eng.stats.snapshot()["spec_accepted_tokens"] > 0
+        assert cached[1:] == [len(p) + max_new - 1 for p in prompts[:-1]]
+        with engine(NO_REUSE, n_slots=2) as (eng, _):
+            assert prompts == conversation(eng, turns, max_new_tokens=max_new)[0]
+
+
+def test_declaring_exact_decoded_kv_where_it_is_not_changes_outputs() -> None:
+    """The check above can fail: a runner whose decoded tokens round differently (the drift model) but that
+    declares them exact gives other replies than a cold cache once a turn reuses a reply."""
+    with engine(None, decoded_kv_exact=True, **DRIFT) as (eng, _):
+        prompts, cached = conversation(eng, SHORT_TURNS, 1.0)
+    assert cached[1] > len(prompts[0])  # a reply was reused
+    assert prompts != cold_conversation(SHORT_TURNS, 1.0, DRIFT)[0]
 
 
 def test_concurrent_requests_under_eviction_pressure_match_a_cold_cache() -> None:

@@ -38,8 +38,11 @@ class ReferenceRunner:
 
     def __init__(
         self, *, n_ctx: int = 512, n_slots: int = 8, n_batch: int = 512, seed: int = 0, dim: int = 32,
-        eos_slope: float = 0.02, single_token_drift: float = 0.0,
+        eos_slope: float = 0.02, single_token_drift: float = 0.0, decoded_kv_exact: bool = False,
     ) -> None:
+        """`decoded_kv_exact` declares decoded tokens' state reusable as a prompt's (llama.cpp's flash-attention
+        row path); true of this model only without `single_token_drift`, which tests use to catch a cache that
+        trusts a declaration the numerics do not keep."""
         rng = np.random.default_rng(seed)
         self._emb = rng.standard_normal((N_VOCAB, dim)).astype(np.float32)
         self._pos = rng.standard_normal((dim,)).astype(np.float32)
@@ -53,7 +56,7 @@ class ReferenceRunner:
         self._identity = ModelIdentity(name="reference", version=f"seed{seed}", digest=f"sha256:{digest}")
         self._limits = RunnerLimits(
             n_ctx=n_ctx, n_slots=n_slots, n_vocab=N_VOCAB, n_batch=n_batch,
-            eos_ids=frozenset({EOS_ID}), bos_id=BOS_ID,
+            eos_ids=frozenset({EOS_ID}), bos_id=BOS_ID, decoded_kv_exact=decoded_kv_exact,
         )
         self.executed_tokens = 0  # counters tests can read
         self.execute_calls = 0

@@ -89,7 +89,7 @@ class Engine:
         cfg = config or SchedulerConfig()
         if cfg.max_batch_tokens > limits.n_batch:
             cfg = dataclasses.replace(cfg, max_batch_tokens=limits.n_batch)
-        self.scheduler = Scheduler(cfg, limits.n_slots, limits.eos_ids)
+        self.scheduler = Scheduler(cfg, limits.n_slots, limits.eos_ids, exact_replies=limits.decoded_kv_exact)
         self.stats = EngineStats(slots_total=limits.n_slots, kv_tokens_total=limits.n_slots * limits.n_ctx)
         self.metrics = EngineMetrics(self.stats, runner.identity.name, registry)
         self._lock = threading.Condition()

@@ -1,11 +1,12 @@
 """Slot table and prefix cache: which slot holds which prompt tokens, and what a new prompt can reuse.
 
-A slot is one sequence's KV stream (see backends/base.py). A radix tree (radix.py) indexes the prompt
-tokens each slot's KV holds, published as they are prefilled (the scheduler records them; generated tokens
-never are, see Scheduler._record). A new prompt reuses the longest prefix any slot holds, at token
-granularity (`granularity` > 1 rounds the reuse down to a multiple of it). This is sound because the runner
-computes a prompt token's KV bit-identically however the prompt was chunked, as long as no chunk is a
-single token (docs/engine.md, tests/e2e/test_prefix_reuse.py): reuse never changes an output.
+A slot is one sequence's KV stream (see backends/base.py). A radix tree (radix.py) indexes the tokens
+each slot's KV holds, published as they are computed (the scheduler records them: prompt tokens, and
+generated ones where the runner's decoded KV is exact, see Scheduler._record). A new prompt reuses the
+longest prefix any slot holds, at token granularity (`granularity` > 1 rounds the reuse down to a multiple
+of it). This is sound because the runner computes a prompt token's KV bit-identically however the prompt
+was chunked, as long as no chunk is a single token (docs/engine.md, tests/e2e/test_prefix_reuse.py), and
+publishes a decoded token only where its KV equals a prefill's: reuse never changes an output.
 
 A request takes a free slot (`acquire`): one holding its longest cached prefix is reused in place (its tail
 truncated), or else the prefix is copied from whichever slot holds it (busy or free) into another free slot

@@ -9,7 +9,7 @@ however the prompt is chunked and whatever else shares the step, provided no chu
 token computed alone in its sequence's micro-batch (a decode step) rounds differently (measured for llama.cpp
 in docs/engine.md). So a prompt chunk is never one token and never leaves one token behind (only a one-token
 prompt is computed as one), and chunking never changes an output. The prefix cache reuses any common prefix
-of prompt tokens (rounded down to `block_size`, 1 by default).
+of prompt tokens (rounded down to `block_size`, 1 by default), and of generated ones with `exact_replies`.
 
 Waiting order (docs/engine.md): every interactive request before any batch one (batch work fills idle
 capacity and is never promoted above interactive work); within the interactive class, the tenant with the
@@ -110,7 +110,11 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, n_slots: int, eos_ids: frozenset[int]) -> None:
+    def __init__(
+        self, config: SchedulerConfig, n_slots: int, eos_ids: frozenset[int], *, exact_replies: bool = False,
+    ) -> None:
+        """`exact_replies`: the runner computes a decoded token's KV exactly as a prefill would
+        (`RunnerLimits.decoded_kv_exact`), so generated tokens join the prefix cache too."""
         if config.max_batch_tokens < n_slots + max(2, config.min_prefill_chunk):
             # every running sequence decodes every step, and a prompt must still make progress
             raise ValueError("max_batch_tokens must hold one token per slot plus a minimal prompt chunk")
@@ -119,6 +123,7 @@ class Scheduler:
         self.config = config
         self.slots = SlotTable(n_slots, config.block_size)
         self.eos_ids = eos_ids
+        self.exact_replies = exact_replies
         self.waiting: list[Seq] = []
         self.running: list[Seq] = []
         self.waiting_tokens = 0
@@ -259,7 +264,6 @@ class Scheduler:
                 seq.num_computed += len(chosen)  # the fed token and the accepted drafts
             else:
                 seq.num_computed += len(chunk.token_ids)
-            self._record(seq)
             for token in chosen:
                 seq.output_ids.append(token)
                 if seq.first_token is None:
@@ -271,20 +275,27 @@ class Scheduler:
                     self.finish(seq, FinishReason.LENGTH, now)
                 if seq.status is not SeqStatus.RUNNING:
                     break
+            self._record(seq)  # after the tokens: accepted drafts are computed and in `output_ids` now
         return results
 
     def _record(self, seq: Seq) -> None:
-        """Publish the slot's newly prefilled prompt tokens to the prefix cache.
+        """Publish the slot's newly computed tokens to the prefix cache.
 
-        Generated tokens are never published: a decode step computes a token alone in its sequence's
-        micro-batch, which rounds differently from the same token inside a prompt chunk, so reusing them
-        for a prompt that repeats them (a chat's next turn) would change that request's output. For the
-        same reason a one-token prompt (computed as one token) is not published.
+        Generated tokens are published only with `exact_replies`: otherwise a decode step computes a token
+        alone in its sequence's micro-batch, which rounds differently from the same token inside a prompt
+        chunk, so reusing them for a prompt that repeats them (a chat's next turn) would change that request's
+        output. For the same reason a one-token prompt (computed as one token) is not published.
         """
         assert seq.slot is not None
-        done = min(seq.num_computed, seq.prompt_len)
-        if seq.prompt_len > 1 and done > self.slots.n_cached(seq.slot):
-            self.slots.record(seq.slot, seq.request.prompt_ids, done)
+        if seq.prompt_len <= 1 or seq.num_computed <= self.slots.n_cached(seq.slot):
+            return
+        if seq.num_computed <= seq.prompt_len:
+            self.slots.record(seq.slot, seq.request.prompt_ids, seq.num_computed)
+        elif self.exact_replies:  # (a finished sequence may have computed drafts past its last token)
+            ids = seq.request.prompt_ids + seq.output_ids
+            self.slots.record(seq.slot, ids, min(seq.num_computed, len(ids)))
+        elif self.slots.n_cached(seq.slot) < seq.prompt_len:
+            self.slots.record(seq.slot, seq.request.prompt_ids, seq.prompt_len)
 
     def finish(self, seq: Seq, reason: FinishReason, now: float) -> None:
         """Take the sequence out of the queues and free its slot at once."""
