@@ -64,21 +64,28 @@ async def turn(c: httpx.AsyncClient, model: str, messages: list[dict[str, str]],
     first: float | None = None
     parts: list[str] = []
     usage: dict[str, Any] | None = None
-    async with c.stream("POST", "/v1/chat/completions", json=body) as r:
-        if r.status_code != 200:
-            st.errors += 1
-            await r.aread()
-            return ""
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            data = json.loads(line[6:])
-            usage = data.get("usage") or usage
-            for ch in data.get("choices") or []:
-                piece = (ch.get("delta") or {}).get("content")
-                if piece:
-                    parts.append(piece)
-                    first = first or time.perf_counter()
+    for attempt in (1, 2):  # a keep-alive connection the server closed as it was reused: once more, fresh
+        try:
+            async with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                if r.status_code != 200:
+                    st.errors += 1
+                    await r.aread()
+                    return ""
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    data = json.loads(line[6:])
+                    usage = data.get("usage") or usage
+                    for ch in data.get("choices") or []:
+                        piece = (ch.get("delta") or {}).get("content")
+                        if piece:
+                            parts.append(piece)
+                            first = first or time.perf_counter()
+            break
+        except httpx.RemoteProtocolError:
+            if attempt == 2 or parts or usage:
+                raise
+            t0 = time.perf_counter()
     end = time.perf_counter()
     st.ttft.append(((first or end) - t0) * 1e3)
     st.latency.append((end - t0) * 1e3)
