@@ -7,7 +7,6 @@ and so a conversation's next turn can reuse the replies before it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -15,7 +14,8 @@ import pytest
 
 from sluicegate.backends.base import BatchItem
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
-from sluicegate.engine import Engine, EngineRequest, RequestOutput, SamplingParams, SchedulerConfig
+from sluicegate.engine import Engine, EngineRequest, SamplingParams, SchedulerConfig
+from tests.e2e.test_prefix_reuse import Sink
 
 TEXT = (
     "The lighthouse keeper counted the ships every evening and wrote their names in a blue notebook. "
@@ -69,19 +69,6 @@ def test_decoding_past_256_positions_alone_or_in_company_and_as_a_prompt_agree(r
     runner.clear(2)
     again = runner.execute([BatchItem(2, seq, 0, True)])[0]
     assert np.array_equal(again, alone[-1]), f"max |diff| {np.abs(again - alone[-1]).max()}"
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.final: RequestOutput | None = None
-        self.done = threading.Event()
-
-    def __call__(self, out: RequestOutput) -> None:
-        self.ids += out.new_token_ids
-        if out.finished:
-            self.final = out
-            self.done.set()
 
 
 def conversation(eng: Engine, r: LlamaCppRunner, seed: int | None) -> tuple[list[list[int]], list[int]]:
