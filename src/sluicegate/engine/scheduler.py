@@ -287,15 +287,12 @@ class Scheduler:
         output. For the same reason a one-token prompt (computed as one token) is not published.
         """
         assert seq.slot is not None
-        if seq.prompt_len <= 1 or seq.num_computed <= self.slots.n_cached(seq.slot):
-            return
-        if seq.num_computed <= seq.prompt_len:
-            self.slots.record(seq.slot, seq.request.prompt_ids, seq.num_computed)
-        elif self.exact_replies:  # (a finished sequence may have computed drafts past its last token)
-            ids = seq.request.prompt_ids + seq.output_ids
-            self.slots.record(seq.slot, ids, min(seq.num_computed, len(ids)))
-        elif self.slots.n_cached(seq.slot) < seq.prompt_len:
-            self.slots.record(seq.slot, seq.request.prompt_ids, seq.prompt_len)
+        ids = seq.request.prompt_ids
+        if self.exact_replies and seq.num_computed > len(ids):
+            ids = ids + seq.output_ids
+        n = min(seq.num_computed, len(ids))  # (a finished sequence may have computed drafts past its last token)
+        if seq.prompt_len > 1 and n > self.slots.n_cached(seq.slot):
+            self.slots.record(seq.slot, ids, n)
 
     def finish(self, seq: Seq, reason: FinishReason, now: float) -> None:
         """Take the sequence out of the queues and free its slot at once."""
