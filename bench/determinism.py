@@ -13,7 +13,8 @@ Each check compares float32 logits with `np.array_equal` (no tolerance), through
   sweep      (--reuse-sweep N) a prefix reused at every length 1..N (copied, cut there, 8 tokens prefilled
              after it) vs. the same prompt prefilled cold: what token-granular prefix reuse relies on
 and then times a 512-token prefill, a decode step of 8 sequences and a lone sequence's decode step (at ~100
-positions, and at ~600 where flash attention computes it with its twin). docs/engine.md quotes the results.
+positions, and at ~600, where llama.cpp's default f16 keys would take the split-KV path). docs/engine.md quotes
+the results.
 """
 
 from __future__ import annotations
