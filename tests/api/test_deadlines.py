@@ -8,6 +8,7 @@ time. Tests wait on conditions (the engine's counters and queues, the clock pass
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -184,6 +185,50 @@ def test_a_stream_cut_mid_generation_ends_with_the_error_event_then_done() -> No
         err = error_of(evts)
         assert err["type"] == "deadline_exceeded" and "after" in err["message"]
         assert eng.stats.requests_expired_running == 1 and eng.stats.expired_tokens > 0
+
+
+def hold_outputs_until_the_end(eng: Engine) -> list[EngineRequest]:
+    """Every run's outputs reach the serving layer at once, when it finishes: the event loop sees them as one
+    merged delta (text and the end together), as it does when it falls behind the engine."""
+    seen: list[EngineRequest] = []
+    submit = eng.submit
+
+    def holding(request: EngineRequest, sink: Any) -> None:
+        held: list[Any] = []
+
+        def hold(out: Any) -> None:
+            held.append(out)
+            if out.finished:
+                for o in held:
+                    sink(o)
+
+        seen.append(request)
+        submit(request, hold)
+
+    eng.submit = holding  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_tokens_merged_with_the_deadline_error_are_streamed_before_it(route: str) -> None:
+    with served() as (s, runner, eng), httpx.Client(base_url=s.url, timeout=120) as http:
+        seen = hold_outputs_until_the_end(eng)
+        runner.hold_after = runner.calls + 2
+        releaser = release_after_deadline(runner, seen)
+        body: dict[str, Any] = {"model": "reference", "max_tokens": 1500, "stream": True, "logit_bias": NO_EOS}
+        chat = {"messages": [{"role": "user", "content": "Hi"}]}
+        body.update({"prompt": "Hi"} if route == "/v1/completions" else chat)
+        with http.stream("POST", route, json=body, headers={"X-Request-Timeout": "3"}) as r:
+            assert r.status_code == 200
+            evts = events(r.iter_lines())
+        releaser.join()
+        assert evts[-1] == "data: [DONE]"
+        chunks = [json.loads(e[6:]) for e in evts[:evts.index("event: error")] if e.startswith("data: {")]
+        texts = [c["choices"][0].get("text") or c["choices"][0].get("delta", {}).get("content") for c in chunks]
+        assert "".join(t for t in texts if t)  # the tokens generated before the deadline were not dropped
+        err = error_of(evts)
+        assert err["type"] == "deadline_exceeded"
+        assert re.search(r"after [1-9]\d* new tokens", err["message"])
 
 
 def test_a_whole_answer_cut_mid_generation_is_a_504() -> None:

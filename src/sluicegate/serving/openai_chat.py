@@ -458,10 +458,8 @@ async def stream(
                 yield None
                 continue
             i, out = ev
-            if out.finished:
-                err = finish_error(out)
-                if err is not None:
-                    raise err
+            err = finish_error(out) if out.finished else None
+            if out.finished and err is None:
                 _check_constraint(plan, i)
                 finals[i] = out
             lps = ChoiceLogprobs(content=chat_logprobs(model.runner, out.logprobs)) if req.logprobs else None
@@ -480,6 +478,8 @@ async def stream(
                     buffered[i] += out.text
                     if lps is not None and lps.content:
                         yield chunks.one(i, ChoiceDelta(), lps=lps)
+            if err is not None:  # after the text it came with: a merged last delta loses nothing
+                raise err
             if out.finished:
                 finish: OpenAIFinish = openai_finish(out.finish_reason)
                 if tool is not None and tool.name is not None and finish == "stop":

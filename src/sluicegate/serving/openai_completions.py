@@ -243,15 +243,15 @@ async def stream(
                 yield None
                 continue
             i, out = ev
-            if out.finished:
-                err = finish_error(out)
-                if err is not None:
-                    raise err
+            err = finish_error(out) if out.finished else None
+            if out.finished and err is None:
                 finals[i] = out
             lps = _logprobs(model, states[i], req, out.logprobs)
             ids = out.new_token_ids if req.return_token_ids else None
             if out.text or ids or (lps is not None and lps.tokens):
                 yield chunk([CompletionChoice(index=i, text=out.text, token_ids=ids, logprobs=lps, finish_reason=None)])
+            if err is not None:  # after the text it came with: a merged last delta loses nothing
+                raise err
             if out.finished:
                 yield chunk(
                     [
