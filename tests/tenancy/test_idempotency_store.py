@@ -181,7 +181,8 @@ def test_without_on_conflict_the_constraint_still_decides(idem: IdempotencyStore
     assert idem.claim("s", "k", "/v1/generate", "fp").answer == ANSWER
 
 
-def test_a_claim_at_once_never_waits_for_the_sqlite_write_lock(store: Store, idem: IdempotencyStore) -> None:
+def test_a_claim_at_once_never_waits_for_the_sqlite_write_lock(store: Store, idem: IdempotencyStore,
+                                                                clock: Clock) -> None:
     """On a SQLite file the claim runs on the caller's thread when the write lock is free, and gives way
     (None, nothing written) when another writer holds it; on Postgres it always gives way to a thread."""
     if not store.is_sqlite:
@@ -194,6 +195,11 @@ def test_a_claim_at_once_never_waits_for_the_sqlite_write_lock(store: Store, ide
     assert rows(store) == 0
     first = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
     assert first is not None and first.outcome is Outcome.CLAIMED and idem.held == 1
+    with store.session() as s:  # written by the driver's connection as the store's engine writes it
+        rec = s.get(IdempotencyRecord, ("key_a", "k1"))
+        assert rec is not None and (rec.owner, rec.fingerprint, rec.route) == (first.owner, "fp1", "/v1/generate")
+        assert (rec.created_at, rec.locked_until, rec.expires_at) == (
+            clock.now, clock.now + dt.timedelta(seconds=LEASE_S), clock.now + dt.timedelta(seconds=TTL_S))
     again = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
     assert again is not None and again.outcome is Outcome.IN_USE
     assert idem.complete("key_a", "k1", first.owner, ANSWER)

@@ -83,6 +83,12 @@ def _sqlite_relaxed(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def sqlite_relaxed_setup(dbapi_conn: Any) -> None:
+    """A raw sqlite3 connection set up as the relaxed engine sets up its own (tenancy/sqlite_claims.py)."""
+    _sqlite_pragmas(dbapi_conn, None)
+    _sqlite_relaxed(dbapi_conn, None)
+
+
 def make_engine(url: str | URL, *, relaxed: bool = False) -> Engine:
     """An engine for the store at `url`.
 
@@ -153,4 +159,4 @@ def in_memory() -> Store:
 
 
 __all__ = ["DB_FILE", "Store", "default_url", "display_url", "in_memory", "is_sqlite", "make_engine",
-           "resolve_url"]
+           "resolve_url", "sqlite_relaxed_setup"]

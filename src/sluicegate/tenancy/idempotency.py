@@ -59,17 +59,17 @@ from sqlalchemy import (
     Table,
     bindparam,
     delete,
-    event,
     insert,
     select,
     update,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from sluicegate.store.db import Store, make_engine
+from sluicegate.store.db import Store, make_engine, sqlite_relaxed_setup
 from sluicegate.store.models import IdempotencyRecord
 from sluicegate.tenancy.pg_claims import OperationalError as PgOperationalError
 from sluicegate.tenancy.pg_claims import PgClaims
+from sluicegate.tenancy.sqlite_claims import Busy, SqliteClaims
 
 log = logging.getLogger("sluicegate.idempotency")
 
@@ -106,8 +106,10 @@ def _rows(result: Result[Any]) -> int:
     return int(cast(CursorResult[Any], result).rowcount)
 
 
-def _never_wait(dbapi_conn: Any, _record: Any) -> None:
-    """SQLite: a statement that meets another writer's lock fails at once ("database is locked")."""
+def _set_up_quick(dbapi_conn: Any) -> None:
+    """The event loop's SQLite connection: the store's relaxed set-up, and a statement that meets another
+    writer's lock fails at once ("database is locked") instead of waiting for it."""
+    sqlite_relaxed_setup(dbapi_conn)
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA busy_timeout=0")
     cur.close()
@@ -163,19 +165,20 @@ class IdempotencyStore:
         # an in-memory database is one shared connection (the store's); elsewhere an autocommit engine of its own
         self._own: Engine | None = None if in_memory else make_engine(url, relaxed=True)
         self._engine: Engine = store.engine if self._own is None else self._own
-        # SQLite file: a claim may run on the event loop when it need not wait for the file's write lock
-        self._quick: Engine | None = None
-        if store.is_sqlite and not in_memory:
-            self._quick = make_engine(url, relaxed=True)
-            event.listen(self._quick, "connect", _never_wait)
         self._insert = _insert_unless_there(self._engine.dialect.name)
-        # Postgres: claims from the event loop go through asynchronous connections of their own (pg_claims.py)
+        # claims on the event loop, where they need not block it, run the same statements on connections of their
+        # own: a SQLite file's when its write lock is free (sqlite_claims.py), Postgres's asynchronous ones
+        # (pg_claims.py)
+        self._lite: SqliteClaims | None = None
         self._pg: PgClaims | None = None
-        if self._engine.dialect.name == "postgresql" and self._insert is not None:
-            fresh = list(_FRESH)
-            insert_stmt = cast(ClauseElement, self._insert)
-            self._pg = PgClaims(url, self._engine.dialect, {"insert": (insert_stmt, ["scope", "key", *fresh]),
-                                                            "read": (_READ, []), "take_over": (_TAKE_OVER, fresh)})
+        if self._insert is not None:
+            claim_statements: dict[str, tuple[ClauseElement, list[str]]] = {
+                "insert": (cast(ClauseElement, self._insert), ["scope", "key", *_FRESH]), "read": (_READ, []),
+                "take_over": (_TAKE_OVER, list(_FRESH))}
+            if store.is_sqlite and not in_memory and url.database:
+                self._lite = SqliteClaims(url.database, claim_statements, _set_up_quick)
+            elif self._engine.dialect.name == "postgresql":
+                self._pg = PgClaims(url, self._engine.dialect, claim_statements)
         self.ttl = dt.timedelta(seconds=ttl_s)
         self.lease = dt.timedelta(seconds=lease_s)
         self._clock = clock
@@ -198,20 +201,18 @@ class IdempotencyStore:
         (a few statements of ~0.1 ms, no thread hop, which costs more than the statements); None where it
         would wait (another writer holds the lock; Postgres, a round trip away), and the caller runs `claim()`
         in a thread. Nothing is changed when it returns None."""
-        if self._quick is None:
+        if self._lite is None:
             return None
         try:
-            return self._claim(scope, key, route, fingerprint, self._quick)
-        except OperationalError as exc:
-            if "locked" in str(exc.orig) or "busy" in str(exc.orig):
-                return None
-            raise
+            return cast(Claim, self._lite.run(self._claim_steps(scope, key, route, fingerprint)))
+        except Busy:
+            return None
 
     async def claim_here(self, scope: str, key: str, route: str, fingerprint: str) -> Claim | None:
         """The claim on the caller's event loop, where it need not block it: a SQLite file's when its write
         lock is free (`claim_at_once`), Postgres's on asynchronous connections (pg_claims.py, a dropped one
         retried once); None otherwise, and the caller runs `claim()` in a thread."""
-        if self._quick is not None:
+        if self._lite is not None:
             return self.claim_at_once(scope, key, route, fingerprint)
         if self._pg is None or not self._pg.usable():
             return None
@@ -336,8 +337,8 @@ class IdempotencyStore:
         """Close this store's own connections (the shared store stays open)."""
         if self._own is not None:
             self._own.dispose()
-        if self._quick is not None:
-            self._quick.dispose()
+        if self._lite is not None:
+            self._lite.close()
 
     def _retrying(self, op: Callable[[], T]) -> T:
         """`op`, again once if its connection had dropped (connections are not pinged before use)."""
