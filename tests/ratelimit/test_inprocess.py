@@ -127,6 +127,8 @@ def test_the_factory_builds_what_the_config_says() -> None:
 class Down:
     """A limiter whose store is unreachable."""
 
+    remote = True
+
     def __init__(self) -> None:
         self.calls = 0
 

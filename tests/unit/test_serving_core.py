@@ -4,6 +4,7 @@ cost estimate, every budget rule, refusals, heartbeats, aborts and deadlines."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from sluicegate.serving.budget import Budget
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import (
     Runs,
+    admit,
     check_text_bytes,
     check_tokens,
     collect_finished,
@@ -182,6 +184,8 @@ def test_finish_reasons_pass_through_the_core() -> None:
 
 def test_the_admission_hook_reserves_the_cost_before_the_engine_sees_anything() -> None:
     class Recorder:
+        remote = False
+
         def __init__(self, refuse: bool) -> None:
             self.calls: list[tuple[int, str | None]] = []
             self.refuse = refuse
@@ -204,3 +208,80 @@ def test_the_admission_hook_reserves_the_cost_before_the_engine_sees_anything() 
             assert model.engine.engine.stats.snapshot()["requests_finished"] == 2  # the refused one never ran
 
     asyncio.run(main())
+
+
+class Reservation:
+    """An admission whose reservation, once started, waits for `go` from the gate."""
+
+    remote = True  # a round trip: overlapped with the gate's
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.started = asyncio.Event()
+        self.go = asyncio.Event()
+        self.refuse = refuse
+        self.reserved = self.cancelled = False
+
+    async def reserve(self, cost: int, param: str | None = None) -> None:
+        self.started.set()
+        await self.go.wait()
+        if self.refuse:
+            raise ApiError("rate_limit_exceeded", "over the limit", retry_after=3)
+        self.reserved = True
+
+    async def cancel(self) -> None:
+        self.cancelled = self.reserved
+
+
+@pytest.mark.parametrize(("gate_refuses", "limit_refuses", "raised"), [
+    (False, False, None),
+    (False, True, "rate_limit_exceeded"),
+    (True, False, "idempotency_key_in_use"),  # the gate's answer wins, and the reservation is given back
+    (True, True, "idempotency_key_in_use"),
+])
+def test_admit_runs_the_reservation_and_the_gate_at_once(gate_refuses: bool, limit_refuses: bool,
+                                                         raised: str | None) -> None:
+    limit = Reservation(refuse=limit_refuses)
+
+    async def gate() -> None:
+        await limit.started.wait()  # each waits for the other: run one after the other, they never end
+        limit.go.set()
+        if gate_refuses:
+            raise ApiError("idempotency_key_in_use", "still running", retry_after=1)
+
+    async def main() -> str | None:
+        ctx = RequestContext("a", admission=limit, gate=gate)
+        try:
+            await asyncio.wait_for(admit(ctx, 10, "max_tokens"), 60)
+        except ApiError as exc:
+            return exc.type
+        return None
+
+    assert asyncio.run(main()) == raised
+    assert limit.cancelled == (gate_refuses and not limit_refuses)
+
+
+@pytest.mark.parametrize("gate_refuses", [False, True])
+def test_admit_with_a_local_limiter_passes_the_gate_first_and_reserves_only_for_work(gate_refuses: bool) -> None:
+    order: list[str] = []
+
+    class Local:
+        remote = False
+
+        async def reserve(self, cost: int, param: str | None = None) -> None:
+            order.append("reserve")
+
+        async def cancel(self) -> None:
+            order.append("cancel")
+
+    async def gate() -> None:
+        order.append("gate")
+        if gate_refuses:
+            raise ApiError("idempotency_key_reused", "another request")
+
+    async def main() -> None:
+        ctx = RequestContext("a", admission=Local(), gate=gate)
+        with pytest.raises(ApiError) if gate_refuses else contextlib.nullcontext():
+            await admit(ctx, 10, "max_tokens")
+
+    asyncio.run(main())
+    assert order == (["gate"] if gate_refuses else ["gate", "reserve"])

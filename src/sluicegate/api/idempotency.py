@@ -1,16 +1,16 @@
 """Idempotency-Key on the POST routes that create work (IETF draft, Stripe's behaviour; docs/idempotency.md).
 
-Every route that creates work uses it the same way (generate, chat, completions; predictions and batch
-items next):
+Every route that creates work uses it the same way (generate, chat, completions, predictions):
 
     key = idempotency_key(request)            # None without the header; a malformed one raises 422
     parsed = ...                               # read and validate the body as usual
     if key is not None:
-        held = await begin(request, key, parsed)    # a Response: the stored answer, replayed;
-                                                    # raises 409 idempotency_key_in_use, 422 ..._reused
-        if isinstance(held, Response):
-            return held
-        started = await held.start(lambda: ...)     # a refusal here releases the key and raises it
+        held = begin(request, key, parsed)
+        started = await held.start(lambda: ...)    # claims the key at the serving core's gate; a Response: the
+                                                   # stored answer, replayed; raises 409 idempotency_key_in_use,
+                                                   # 422 ..._reused; a refusal here releases the key and raises it
+        if isinstance(started, Response):
+            return started
         return await held.answer(request.receive, finish(started), render)    # or held.stream(items, ...)
 
 - The key is scoped to the API key (auth off: one shared scope), at most 255 visible ASCII characters; the
@@ -21,12 +21,15 @@ items next):
   store right after (off the client's wait): a retry on the heels of it is replayed on this replica, and gets
   409 for those milliseconds on another.
 - Claiming the key is one insert the database's unique constraint decides (tenancy/idempotency.py), so two
-  replicas sharing a database run the work once. Refusals before execution (validation, budget, 401/403/413,
+  replicas sharing a database run the work once. It is made at the serving core's gate (`RequestContext.gate`),
+  after validation and tokenisation and at the same time as the rate limit's reservation (serving/core.py
+  `admit`): the two round trips overlap. Refusals before execution (validation, budget, 401/403/413,
   429) never claim it or release it; answers the client is told to retry (429, 503, 504) release it too.
   Everything else the work answered, 500 included (as Stripe does), is stored and replayed with
   `Idempotent-Replayed: true`.
 - The work runs detached from its client (api/detached.py): a client that leaves does not cancel it.
-- A replay costs no tokens: nothing is reserved, the ledger records it with zero tokens.
+- A replay costs no tokens: the reservation made beside its claim is given back before its answer, and the
+  ledger records it with zero tokens.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from starlette.types import Receive
 
 from sluicegate.api.detached import Finished, Render, answer_detached, stream_detached
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.state import app_state
+from sluicegate.api.state import AppState, app_state
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.tenancy.idempotency import IdempotencyStore, Outcome, StoredAnswer
@@ -96,58 +99,83 @@ def replay(answer: StoredAnswer) -> Response:
     return Response(answer.body, status_code=answer.status, headers={**answer.headers, REPLAYED: "true"})
 
 
-async def begin(request: Request, key: str, parsed: BaseModel) -> Held | Response:
-    """Claim `key` for this request (Held: run the work), or replay its stored answer; raises ApiError 409
-    `idempotency_key_in_use` (the first is still running), 422 `idempotency_key_reused` (another request),
-    503 `store_unavailable` (the store cannot be read)."""
+def begin(request: Request, key: str, parsed: BaseModel) -> Held:
+    """The request's hold on `key`, claimed when its work is about to start (`Held.start`)."""
     ctx = context_of(request.scope)
-    state = app_state(request)
-    scope = ctx.key_id or ""
     route = request.scope["path"]
-    fp = fingerprint(route, parsed)
-    t = time.perf_counter()
-    try:
-        claim = await state.idempotency.claim_here(scope, key, route, fp)  # on the loop where it need not block
-        if claim is None:
-            claim = await asyncio.to_thread(state.idempotency.claim, scope, key, route, fp)
-    except Exception:
-        log.exception("%s the idempotency keys could not be read", ctx.request_id)
-        raise ApiError("store_unavailable", "idempotency keys cannot be checked right now", retry_after=1) from None
-    finally:
-        ctx.stage("idempotency", t)
-    if claim.outcome is Outcome.CLAIMED:
-        return Held(state.idempotency, scope, key, claim.owner, fp, ctx)
-    if claim.outcome is Outcome.REPLAY:
-        assert claim.answer is not None
-        return replay(claim.answer)
-    if claim.outcome is Outcome.IN_USE:
-        raise ApiError("idempotency_key_in_use", f"a request with this {PARAM} is still running; retry after "
-                       "Retry-After to get its answer", param=PARAM,
-                       retry_after=state.config.idempotency.retry_after_s)
-    raise ApiError("idempotency_key_reused", f"this {PARAM} was used for a different request (another body or "
-                   "route); send a new key with a new request", param=PARAM)
+    return Held(app_state(request), ctx.key_id or "", key, route, fingerprint(route, parsed), ctx)
+
+
+class _Replay(Exception):
+    """The key's stored answer, found by the claim: the work does not run."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__()
+        self.response = response
 
 
 class Held:
-    """A claimed key: the request's work runs detached from its client, and its answer is stored (or the key
-    released) when the work ends. It is the work's `Keeper` (api/detached.py)."""
+    """An Idempotency-Key on a request that creates work. `start` claims it (or finds why not) while the work
+    is prepared; the work then runs detached from its client, and its answer is stored (or the key released)
+    when it ends. It is the work's `Keeper` (api/detached.py)."""
 
-    def __init__(self, idem: IdempotencyStore, scope: str, key: str, owner: str, fp: str,
-                 ctx: RequestContext) -> None:
-        self._idem = idem
+    def __init__(self, state: AppState, scope: str, key: str, route: str, fp: str, ctx: RequestContext) -> None:
+        self._state = state
+        self._idem: IdempotencyStore = state.idempotency
         self._scope = scope
         self._key = key
-        self._owner = owner
+        self._route = route
         self._fingerprint = fp
         self._ctx = ctx
+        self._owner: str | None = None  # set once the claim is this request's
 
-    async def start(self, start: Callable[[], Awaitable[S]]) -> S:
-        """Start the work; a refusal before execution (any exception) releases the key and propagates."""
+    async def start(self, start: Callable[[], Awaitable[S]]) -> S | Response:
+        """Prepare and start the work, the key claimed at the serving core's gate (`RequestContext.gate`:
+        with the rate limit's reservation, both round trips at once, after the request is validated and
+        tokenised, before the engine sees it). Returns the work, or the stored answer replayed; raises 409
+        `idempotency_key_in_use`, 422 `idempotency_key_reused`, 503 `store_unavailable`. A refusal before
+        execution (any exception) releases a claim made and propagates."""
+        self._ctx.gate = self._claim
         try:
-            return await start()
+            started = await start()
+        except _Replay as replayed:
+            return replayed.response
         except BaseException:
-            await asyncio.shield(self._release())
+            if self._owner is not None:
+                await asyncio.shield(self._release())
             raise
+        finally:
+            self._ctx.gate = None
+        if self._owner is None:  # every start passes the gate before the engine sees work
+            raise RuntimeError("the work started without its Idempotency-Key claimed")
+        return started
+
+    async def _claim(self) -> None:
+        """The gate: claim the key for this request, or raise why it does not run."""
+        idem, scope, key, route, fp = self._idem, self._scope, self._key, self._route, self._fingerprint
+        t = time.perf_counter()
+        try:
+            claim = await idem.claim_here(scope, key, route, fp)  # on the loop where it need not block it
+            if claim is None:
+                claim = await asyncio.to_thread(idem.claim, scope, key, route, fp)
+        except Exception:
+            log.exception("%s the idempotency keys could not be read", self._ctx.request_id)
+            raise ApiError("store_unavailable", "idempotency keys cannot be checked right now",
+                           retry_after=1) from None
+        finally:
+            self._ctx.stage("idempotency", t)
+        if claim.outcome is Outcome.CLAIMED:
+            self._owner = claim.owner
+            return
+        if claim.outcome is Outcome.REPLAY:
+            assert claim.answer is not None
+            raise _Replay(replay(claim.answer))
+        if claim.outcome is Outcome.IN_USE:
+            raise ApiError("idempotency_key_in_use", f"a request with this {PARAM} is still running; retry after "
+                           "Retry-After to get its answer", param=PARAM,
+                           retry_after=self._state.config.idempotency.retry_after_s)
+        raise ApiError("idempotency_key_reused", f"this {PARAM} was used for a different request (another body "
+                       "or route); send a new key with a new request", param=PARAM)
 
     async def answer(self, receive: Receive, finish: Coroutine[Any, Any, Response], render: Render) -> Response:
         """A whole answer (an ApiError from `finish` rendered by `render`), made even if the client leaves."""
@@ -169,6 +197,7 @@ class Held:
         if finished is None or not _storable(finished):
             await self._release()
             return
+        assert self._owner is not None, "answered without a claim"
         try:
             await asyncio.to_thread(self._idem.complete, self._scope, self._key, self._owner, self._stored(finished))
         except Exception:
@@ -182,7 +211,8 @@ class Held:
 
     async def _release(self) -> None:
         try:
-            await asyncio.to_thread(self._idem.release, self._scope, self._key, self._owner)
+            if self._owner is not None:
+                await asyncio.to_thread(self._idem.release, self._scope, self._key, self._owner)
         except Exception:
             log.exception("%s releasing an idempotency key failed; it frees up when its lease ends",
                           self._ctx.request_id)

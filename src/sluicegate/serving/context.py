@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,7 +47,12 @@ class Admission(Protocol):
     """A reservation the serving core makes once it knows a request's cost (rate limits: api/middleware/
     ratelimit.py); raises ApiError to refuse. Whoever sets it settles it when the response has ended."""
 
+    remote: bool  # a reservation is a round trip (Redis): the serving core overlaps it with the gate's
+
     async def reserve(self, cost: int, param: str | None = None) -> None: ...
+
+    async def cancel(self) -> None:
+        """Give back what `reserve` took, now: the request will not run."""
 
 
 @dataclass(slots=True)
@@ -66,6 +71,7 @@ class RequestContext:
     usage: TokenUsage | None = None  # set by a metered route when its work ends
     meter: Callable[[], TokenUsage] | None = None  # else this, read when the response ends (streams, disconnects)
     admission: Admission | None = None  # reserved against with the request's cost before the engine sees it
+    gate: Callable[[], Awaitable[None]] | None = None  # passed, with the reservation, before the engine sees it
     serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
 
     @property

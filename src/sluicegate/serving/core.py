@@ -21,8 +21,11 @@ estimated at `LimitsConfig.estimate_new_tokens` (docs/serving.md), and settles t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -170,6 +173,43 @@ class Runs:
         self._open.clear()
 
 
+async def admit(ctx: RequestContext, cost: int, new_param: str | None) -> None:
+    """The last checks before the engine sees a request: its cost reserved (`ctx.admission`: the key's rate
+    limit) and its gate passed (`ctx.gate`: an Idempotency-Key's claim). When the reservation is a round trip
+    (Redis) the two run at once, since the claim is one too (the database). The gate's refusal wins: a replayed
+    or in-use key is answered as such even when the reservation was refused, and a reservation made for a
+    request that then does not run is given back at once."""
+    admission, gate = ctx.admission, ctx.gate
+
+    async def reserve() -> None:
+        assert admission is not None
+        t = time.perf_counter()
+        try:
+            await admission.reserve(cost, new_param)
+        finally:
+            ctx.stage("ratelimit", t)
+
+    if gate is None or admission is None:
+        if gate is not None:
+            await gate()
+        if admission is not None:
+            await reserve()
+        return
+    if not admission.remote:  # nothing to overlap: the reservation takes microseconds in this process
+        await gate()
+        await reserve()
+        return
+    reserving = asyncio.ensure_future(reserve())
+    try:
+        await gate()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await reserving  # to its end, so its decision is known, never left half made
+            await admission.cancel()  # the request will not run: its response shows the bucket without it
+        raise
+    await reserving
+
+
 async def start_runs(
     model: ServedModel,
     ctx: RequestContext,
@@ -205,8 +245,7 @@ async def start_runs(
             ))
             cost += len(ids) + new
     runs = Runs(model.engine, requests, cost)
-    if ctx.admission is not None:
-        await ctx.admission.reserve(cost, new_param)
+    await admit(ctx, cost, new_param)
     try:
         runs.start()
     except DeadlineTooShort as exc:

@@ -27,6 +27,7 @@ from sluicegate.api.middleware.auth import api_key_of
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.serving.context import TokenUsage
 from sluicegate.tenancy.ratelimit import (
+    BucketState,
     Decision,
     RateLimiter,
     RateLimiterUnavailable,
@@ -51,6 +52,8 @@ class KeyAdmission:
         self._key = key_id
         self._limit = limit
         self.decision: Decision | None = None
+        self.remote = limiter.remote
+        self._given_back: BucketState | None = None  # the bucket once a reservation was given back (`cancel`)
 
     async def reserve(self, cost: int, param: str | None = None) -> None:
         try:
@@ -61,9 +64,24 @@ class KeyAdmission:
         if not decision.allowed:
             raise refusal_error(decision, param=param)
 
+    async def cancel(self) -> None:
+        """Give the reservation back now: the request will not run (its Idempotency-Key's stored answer is
+        replayed, or the key is another request's), so its response shows the bucket without it."""
+        reserved = self.decision.reserved if self.decision is not None else 0
+        if reserved == 0:
+            return
+        try:
+            self._given_back = await self._limiter.settle(self._key, reserved, 0, self._limit)
+        except RateLimiterUnavailable:
+            log.warning("could not give back a reservation of key %s (%d tokens)", self._key, reserved)
+            return
+        self.decision = None
+
     async def headers(self) -> dict[str, str]:
         if self.decision is not None:
             return rate_limit_headers(self.decision)
+        if self._given_back is not None:
+            return rate_limit_headers(self._given_back)
         try:
             return rate_limit_headers(await self._limiter.peek(self._key, self._limit))
         except RateLimiterUnavailable:

@@ -147,11 +147,11 @@ async def _serve(
         req = await read_openai(request, schema, refuse)
         model = app_state(request).served(getattr(req, "model", None))
         if key is not None:
-            begun = await begin(request, key, req)
-            if isinstance(begun, Response):
-                return begun
-            held = begun
-            plan = await held.start(lambda: surface.prepare(model, req, ctx))
+            held = begin(request, key, req)
+            started = await held.start(lambda: surface.prepare(model, req, ctx))
+            if isinstance(started, Response):  # the key's stored answer
+                return started
+            plan = started
         else:
             plan = await surface.prepare(model, req, ctx)  # started: the runs are in the engine
         ctx.meter = lambda: from_runs(plan.runs)  # read when the response has ended: streams and disconnects too

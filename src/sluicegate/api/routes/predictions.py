@@ -78,10 +78,11 @@ async def create_prediction(request: Request) -> Response:
         return json_reply(record, ctx)
 
     if key is not None:  # the work outlives its client; its answer is stored and replayed (api/idempotency.py)
-        held = await begin(request, key, req)
-        if isinstance(held, Response):
-            return held
-        return await held.answer(request.receive, finish(await held.start(start)), error_response)
+        held = begin(request, key, req)
+        started = await held.start(start)
+        if isinstance(started, Response):  # the key's stored answer
+            return started
+        return await held.answer(request.receive, finish(started), error_response)
     plan = await start()
     try:
         return await unless_disconnected(request.receive, finish(plan))

@@ -35,6 +35,8 @@ class RateLimiterUnavailable(Exception):
 class RateLimiter(Protocol):
     """Token-priced limits per key. `key` is the API key's id (never the secret)."""
 
+    remote: bool  # each call is a round trip to another server (Redis), worth overlapping with other waits
+
     async def reserve(self, key: str, cost: int, limit: TokenLimit) -> Decision:
         """Reserve `cost` tokens at admission. ADMITTED, LIMITED (with retry_after_s), TOO_LARGE (cost above
         the capacity: never admissible), or UNMETERED (fail-open while the store is unreachable)."""
@@ -54,6 +56,8 @@ class RateLimiter(Protocol):
 
 class InProcessRateLimiter:
     """One replica's limiter: `TokenBuckets` behind the async interface (nothing is awaited)."""
+
+    remote = False
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.buckets = TokenBuckets(clock)
@@ -96,6 +100,7 @@ class FailOpen:
 
     def __init__(self, inner: RateLimiter, clock: Callable[[], float] = time.monotonic) -> None:
         self.inner = inner
+        self.remote = inner.remote
         self._should_log = EveryMinute(clock=clock)
 
     def _opened(self, exc: RateLimiterUnavailable) -> None:

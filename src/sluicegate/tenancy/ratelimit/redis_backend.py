@@ -106,6 +106,8 @@ class RedisRateLimiter:
     in service, where the point is one clock for every replica.
     """
 
+    remote = True
+
     def __init__(
         self,
         client: Redis,
