@@ -187,6 +187,7 @@ def test_a_claim_at_once_never_waits_for_the_sqlite_write_lock(store: Store, ide
     (None, nothing written) when another writer holds it; on Postgres it always gives way to a thread."""
     if not store.is_sqlite:
         assert idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1") is None
+        assert idem.complete_at_once("key_a", "k1", "owner", ANSWER) is None
         return
     with store.engine.connect() as other:
         other.exec_driver_sql("BEGIN IMMEDIATE")  # another writer holds the file's write lock
@@ -202,7 +203,13 @@ def test_a_claim_at_once_never_waits_for_the_sqlite_write_lock(store: Store, ide
             clock.now, clock.now + dt.timedelta(seconds=LEASE_S), clock.now + dt.timedelta(seconds=TTL_S))
     again = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
     assert again is not None and again.outcome is Outcome.IN_USE
-    assert idem.complete("key_a", "k1", first.owner, ANSWER)
+    with store.engine.connect() as other:  # the answer gives way too, changing nothing
+        other.exec_driver_sql("BEGIN IMMEDIATE")
+        assert idem.complete_at_once("key_a", "k1", first.owner, ANSWER) is None
+        other.rollback()
+    assert idem.held == 1
+    assert idem.complete_at_once("key_a", "k1", first.owner, ANSWER) is True and idem.held == 0
+    assert idem.complete_at_once("key_a", "k1", first.owner, ANSWER) is False  # no longer a running claim
     replayed = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
     assert replayed is not None and replayed.outcome is Outcome.REPLAY and replayed.answer == ANSWER
 
@@ -229,6 +236,11 @@ def test_claims_made_on_the_event_loop_follow_the_same_rules(store: Store, idem:
             threaded = await asyncio.to_thread(idem.claim, "key_a", "k2", "/v1/generate", "fp1")
             seen = await idem.claim_here("key_a", "k2", "/v1/generate", "fp1")
             assert threaded.outcome is Outcome.CLAIMED and seen is not None and seen.outcome is Outcome.IN_USE
+            # the answer stored from the loop: only by the claim's holder, and the thread's claim replays it
+            assert await idem.complete_here("key_a", "k2", "not-the-owner", ANSWER) is False
+            assert await idem.complete_here("key_a", "k2", threaded.owner, ANSWER) is True
+            replayed = idem.claim("key_a", "k2", "/v1/generate", "fp1")
+            assert replayed.outcome is Outcome.REPLAY and replayed.answer == ANSWER
         finally:
             await idem.aclose()
 

@@ -199,7 +199,9 @@ class Held:
             return
         assert self._owner is not None, "answered without a claim"
         try:
-            await asyncio.to_thread(self._idem.complete, self._scope, self._key, self._owner, self._stored(finished))
+            answer = self._stored(finished)
+            if await self._idem.complete_here(self._scope, self._key, self._owner, answer) is None:
+                await asyncio.to_thread(self._idem.complete, self._scope, self._key, self._owner, answer)
         except Exception:
             log.exception("%s storing an idempotent answer failed; its key frees up when its lease ends",
                           self._ctx.request_id)

@@ -132,6 +132,7 @@ _READ = select(C.fingerprint, C.expires_at, C.locked_until, C.owner, C.status, C
 _TAKE_OVER = update(TABLE).where(*_THIS, C.owner == bindparam("b_owner"))
 _FRESH = ("route", "fingerprint", "owner", "created_at", "locked_until", "expires_at", "status", "headers", "body")
 _COMPLETE = update(TABLE).where(*_HOLDER)
+_ANSWER = ("status", "headers", "body", "locked_until")
 _RELEASE = delete(TABLE).where(*_HOLDER)
 
 
@@ -147,6 +148,11 @@ def _insert_unless_there(dialect: str) -> Executable | None:
 
         return sqlite_insert(TABLE).on_conflict_do_nothing().returning(C.owner)
     return None
+
+
+def _one(op: str, params: dict[str, Any]) -> Generator[tuple[str, dict[str, Any]], Any, Any]:
+    """One statement as steps (what the claims' runners take)."""
+    return (yield op, params)
 
 
 class IdempotencyStore:
@@ -174,7 +180,7 @@ class IdempotencyStore:
         if self._insert is not None:
             claim_statements: dict[str, tuple[ClauseElement, list[str]]] = {
                 "insert": (cast(ClauseElement, self._insert), ["scope", "key", *_FRESH]), "read": (_READ, []),
-                "take_over": (_TAKE_OVER, list(_FRESH))}
+                "take_over": (_TAKE_OVER, list(_FRESH)), "complete": (_COMPLETE, list(_ANSWER))}
             if store.is_sqlite and not in_memory and url.database:
                 self._lite = SqliteClaims(url.database, claim_statements, _set_up_quick)
             elif self._engine.dialect.name == "postgresql":
@@ -289,14 +295,54 @@ class IdempotencyStore:
 
     def complete(self, scope: str, key: str, owner: str, answer: StoredAnswer) -> bool:
         """Store the answer of the holder's claim; False when the claim is no longer its own."""
-        params = {"b_scope": scope, "b_key": key, "b_owner": owner, "status": answer.status,
-                  "headers": json.dumps(answer.headers), "body": answer.body, "locked_until": self._clock()}
+        params = self._answer(scope, key, owner, answer)
         try:
             return self._retrying(lambda: self._write(_COMPLETE, params)) == 1
         finally:
-            self._drop(owner)
-            with self._lock:
-                self._answers.pop((scope, key), None)
+            self._forget(scope, key, owner)
+
+    def complete_at_once(self, scope: str, key: str, owner: str, answer: StoredAnswer) -> bool | None:
+        """`complete` without waiting, for a caller on the event loop: on a SQLite file whose write lock is
+        free (one update of ~0.05 ms, cheaper than the thread hop, and no thread left holding the GIL while the
+        client reads its answer); None where it would wait, and the caller runs `complete()` in a thread."""
+        if self._lite is None:
+            return None
+        try:
+            done = bool(self._lite.run(_one("complete", self._answer(scope, key, owner, answer))) == 1)
+        except Busy:
+            return None  # nothing written; `complete()` follows
+        except BaseException:
+            self._forget(scope, key, owner)
+            raise
+        self._forget(scope, key, owner)
+        return done
+
+    async def complete_here(self, scope: str, key: str, owner: str, answer: StoredAnswer) -> bool | None:
+        """`complete` on the caller's event loop, where it need not block it (as `claim_here`): no thread left
+        holding the GIL while the client reads its answer. None where it cannot, and the caller runs
+        `complete()` in a thread."""
+        if self._lite is not None:
+            return self.complete_at_once(scope, key, owner, answer)
+        if self._pg is None or not self._pg.usable():
+            return None
+        params = self._answer(scope, key, owner, answer)
+        try:
+            try:
+                rows = await self._pg.run(_one("complete", params))
+            except PgOperationalError:  # a dropped connection: once more
+                rows = await self._pg.run(_one("complete", params))
+        finally:
+            self._forget(scope, key, owner)
+        return bool(rows == 1)
+
+    def _answer(self, scope: str, key: str, owner: str, answer: StoredAnswer) -> dict[str, Any]:
+        return {"b_scope": scope, "b_key": key, "b_owner": owner, "status": answer.status,
+                "headers": json.dumps(answer.headers), "body": answer.body, "locked_until": self._clock()}
+
+    def _forget(self, scope: str, key: str, owner: str) -> None:
+        self._drop(owner)
+        with self._lock:
+            self._answers.pop((scope, key), None)
 
     def release(self, scope: str, key: str, owner: str) -> bool:
         """Give the key up without an answer (the next request with it runs); False when it was not held."""
@@ -304,9 +350,7 @@ class IdempotencyStore:
             return self._retrying(lambda: self._write(_RELEASE, {"b_scope": scope, "b_key": key,
                                                                   "b_owner": owner})) == 1
         finally:
-            self._drop(owner)
-            with self._lock:
-                self._answers.pop((scope, key), None)
+            self._forget(scope, key, owner)
 
     def renew(self) -> int:
         """Extend the lease of every claim this process holds (one statement); returns how many."""
