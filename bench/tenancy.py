@@ -281,22 +281,21 @@ def main() -> None:
         *rows,
         "",
         "What a request with all three pays: the auth stage (header, checksum, SHA-256, the cached key), the "
-        "limiter's reserve and settle (in-process: a lock and arithmetic; Redis: two round trips), the "
-        "Idempotency-Key's claim (one insert) and its stored answer (one update). The claim runs on the event loop "
-        "(SQLite: directly, never waiting for the file's lock, a thread when another writer holds it; Postgres: "
-        "psycopg's asynchronous connections); the answer's update runs in a worker thread after the client has "
-        "it, so only the claim is on the client's wait. "
-        "The rest of the added time is the limiter (in-process: microseconds; Redis: one round trip before the "
-        "answer, the settle after it) and the detached task the work runs in. A replay is the auth stage, one "
-        "insert attempt and one read, and no engine work.",
+        "limiter's reserve and settle (in-process: a lock and arithmetic; Redis: a round trip each), the "
+        "Idempotency-Key's claim (one insert) and its stored answer (one update). The claim is made at the "
+        "serving core's gate, after the request is validated and tokenised (serving/core.py `admit`), at the "
+        "same time as a Redis reservation: with Postgres and Redis a request waits for the longer round trip, "
+        "not both (the two stages above overlap). Claim and answer run on the event loop (SQLite: the driver's "
+        "own connection, tenancy/sqlite_claims.py, never waiting for the file's lock, a thread when another "
+        "writer holds it; Postgres: psycopg's asynchronous connections); the answer after the client has it. "
+        "The rest of the added time is the settle after the answer and the detached task the work runs in. A "
+        "replay is the auth stage, one insert attempt and one read, and no engine work.",
         "",
         "Against the targets (added median, client wall): " + "; ".join(
             f"{label}: {added:.2f} ms for a target of {TARGET_MS[label]:g} ms "
             f"({'met' if added < TARGET_MS[label] else 'missed'})" for label, added in TARGETS) + ". "
-        "Where the claim's time goes: its statement costs about 0.1 ms (SQLite) and 0.3 ms (Postgres) in a hot "
-        "loop (the table below), more on the server's colder path. Until 2026-12-01 the claim ran in a worker "
-        "thread, and the hand-off there and back cost more than the statement (0.42 and 1.10 ms added then, "
-        "against 0.3 and 1.0).",
+        "The claim's insert costs about 0.04 ms (SQLite) and 0.2 ms (Postgres) in a hot loop (the table below, "
+        "first column), 3x that on the server's colder path.",
         "",
         f"The idempotency store's statements alone, in process, {args.runs} of each, median / p99 in milliseconds:",
         "",
@@ -305,6 +304,8 @@ def main() -> None:
         "|---|---|---|---|---|---|",
         *store_rows,
         "",
+        "The first column is the claim as a request makes it (`claim_here`); the others go through the "
+        "thread's SQLAlchemy engine, the path taken when the loop's cannot (SQLite's write lock held). "
         "The relaxed engine (`store/db.py` `make_engine(relaxed=True)`) commits without waiting for the disk "
         "(SQLite `synchronous=NORMAL` in WAL mode, Postgres `synchronous_commit=off`) and does not ping a "
         "connection before each use (a dropped one is retried once). Only idempotency rows use it: losing the "

@@ -2,8 +2,9 @@
 
 The store side of the IETF Idempotency-Key draft as Stripe runs it (docs/idempotency.md). Nothing here knows
 HTTP: api/idempotency.py puts it on the routes. Every method is synchronous (SQLAlchemy); callers on the event
-loop run them in a worker thread, except `claim_here`, the claim on the loop where it need not block it (a SQLite
-file with its write lock free; Postgres over asynchronous connections, tenancy/pg_claims.py).
+loop run them in a worker thread, except `claim_here` and `complete_here`, the claim and the answer on the loop
+where they need not block it (a SQLite file with its write lock free, tenancy/sqlite_claims.py; Postgres over
+asynchronous connections, tenancy/pg_claims.py).
 
 - `claim()` inserts the row (scope, key) holding the request's fingerprint, unless one exists. The primary key
   is the unique constraint that decides between two requests claiming one key at once, in one process or on
