@@ -21,8 +21,8 @@ time of the round. Each prompt starts with its own round and request number, so 
 with another (neither server's cache helps).
 
 Then the shared-system-prompt workload (`--shared-level` clients): a ~400-token system prompt + a distinct
-question, run with the system prompt shared and with it made unique per request (same length), on our
-server (prefix cache) and on llama-server (its per-slot prompt cache).
+question, run with the system prompt shared and with it made unique per request (same length), on each of
+`--servers` (ours: the prefix cache; llama-server: its per-slot prompt cache).
 Results print as the markdown tables in docs/benchmarks.md.
 """
 
@@ -335,20 +335,21 @@ def main() -> None:
         qs = [f"Question {i}: tell me about {TOPICS[i % len(TOPICS)]}." for i in range(4 * n)]
         shared = [body(SYSTEM + q, args.max_tokens // 2) for q in qs]
         unique = [body(f"Session {i}. " + SYSTEM + q, args.max_tokens // 2) for i, q in enumerate(qs)]
-        for kind, label, bodies in (("sluicegate", "shared", shared), ("sluicegate", "unique", unique),
-                                    ("llama-server", "shared", shared), ("llama-server", "unique", unique)):
+        for kind, label, bodies in [(k, label, b) for k in kinds
+                                    for label, b in (("shared", shared), ("unique", unique))]:
             lv = Level(kind, n)
+            ours = kind != "llama-server"
             with server(kind, n, args.log) as url:
-                before = cached_tokens(url) if kind == "sluicegate" else 0.0
+                before = cached_tokens(url) if ours else 0.0
                 asyncio.run(closed_loop(url, model_of(url), lv, bodies))
-                after = cached_tokens(url) if kind == "sluicegate" else 0.0
+                after = cached_tokens(url) if ours else 0.0
             shared_rows.append((label, lv, after - before))
             print(f"{kind} {label}: {lv.tps:.1f} tok/s, TTFT p50 {pct(lv.ttft, .5):.0f} ms, "
                   f"cached tokens {after - before:.0f}", flush=True)
         print("\n| system prompt | server | tokens/s | TTFT p50 ms | TTFT p95 ms | latency p50 ms | "
               "prompt tokens reused |\n|---|---|---|---|---|---|---|")
         for label, lv, cached in shared_rows:
-            reused = f"{cached:.0f}" if lv.server == "sluicegate" else "n/a"
+            reused = f"{cached:.0f}" if lv.server != "llama-server" else "n/a"
             print(f"| {label} | {lv.server} | {lv.tps:.1f} | {pct(lv.ttft, .5):.0f} | "
                   f"{pct(lv.ttft, .95):.0f} | {pct(lv.latency, .5):.0f} | {reused} |")
     if args.json:
