@@ -27,6 +27,7 @@ import numpy as np
 
 from sluicegate.backends.base import BatchItem
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
+from sluicegate.testing.decoding import greedy_in_company
 
 
 def main() -> None:
@@ -95,16 +96,7 @@ def main() -> None:
         for slot, length in neighbours.items():
             r.clear(slot)
             fill(slot, other[:length])
-        pos = dict(neighbours)
-        tok, p, outs = prompt[at], at, []
-        for _ in range(steps):
-            items = [BatchItem(0, [tok], p, True)] + [BatchItem(s, [7], pos[s], True) for s in neighbours]
-            o = r.execute(items)
-            outs.append(o[0].copy())
-            tok, p = int(np.argmax(o[0])), p + 1
-            for s in neighbours:
-                pos[s] += 1
-        return outs
+        return greedy_in_company(r, prompt[at], at, neighbours, steps)
 
     for at in (100, 300, 700):
         alone = decode_with({}, at=at)

@@ -15,6 +15,7 @@ import pytest
 from sluicegate.backends.base import BatchItem
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 from sluicegate.engine import Engine, EngineRequest, SamplingParams, SchedulerConfig
+from sluicegate.testing.decoding import greedy_in_company
 from tests.e2e.test_prefix_reuse import Sink
 
 TEXT = (
@@ -44,15 +45,7 @@ def decode(r: LlamaCppRunner, prompt: list[int], steps: int, neighbours: tuple[i
         r.clear(s)
         r.execute([BatchItem(s, other, 0, False)])
         pos[s] = len(other)
-    tok, p, rows = prompt[-1], len(prompt), []
-    for _ in range(steps):
-        items = [BatchItem(0, [tok], p - 1, True)] + [BatchItem(s, [7], pos[s], True) for s in neighbours]
-        out = r.execute(items)
-        rows.append(out[0].copy())
-        tok, p = int(np.argmax(out[0])), p + 1
-        for s in neighbours:
-            pos[s] += 1
-    return rows
+    return greedy_in_company(r, prompt[-1], len(prompt) - 1, pos, steps)
 
 
 @pytest.mark.timeout(1200)  # well under a minute on a quiet 2-core machine; minutes under contention

@@ -1,0 +1,25 @@
+"""Greedy decoding through a runner beside other sequences: the determinism test and benchmark share it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sluicegate.backends.base import BatchItem, ModelRunner
+
+FILLER = 7  # the token every neighbour decodes: what it is does not matter, only that it shares the step
+
+
+def greedy_in_company(runner: ModelRunner, tok: int, pos: int, neighbours: dict[int, int],
+                      steps: int) -> list[np.ndarray]:
+    """Decode sequence 0 greedily for `steps` steps, from token `tok` at position `pos`, each step beside one
+    token of every neighbour (slot -> its next position); returns sequence 0's logits row of each step."""
+    at = dict(neighbours)
+    rows = []
+    for _ in range(steps):
+        items = [BatchItem(0, [tok], pos, True)] + [BatchItem(s, [FILLER], at[s], True) for s in at]
+        out = runner.execute(items)
+        rows.append(np.array(out[0], copy=True))
+        tok, pos = int(np.argmax(out[0])), pos + 1
+        for s in at:
+            at[s] += 1
+    return rows
