@@ -201,11 +201,11 @@ class IdempotencyStore:
 
     def claim(self, scope: str, key: str, route: str, fingerprint: str) -> Claim:
         """Claim `key` for the request with `fingerprint`, or say why not (module doc)."""
-        return self._retrying(lambda: self._claim(scope, key, route, fingerprint, self._engine))
+        return self._retrying(lambda: self._claim(scope, key, route, fingerprint))
 
     def claim_at_once(self, scope: str, key: str, route: str, fingerprint: str) -> Claim | None:
         """The claim without waiting, for a caller on the event loop: on a SQLite file whose write lock is free
-        (a few statements of ~0.1 ms, no thread hop, which costs more than the statements); None where it
+        (an insert of ~0.05 ms on sqlite3 directly, no thread hop, which costs more than the statement); None where it
         would wait (another writer holds the lock; Postgres, a round trip away), and the caller runs `claim()`
         in a thread. Nothing is changed when it returns None."""
         if self._lite is None:
@@ -240,10 +240,10 @@ class IdempotencyStore:
         with self._lock:
             self._answers[(scope, key)] = (fingerprint, answer)
 
-    def _claim(self, scope: str, key: str, route: str, fingerprint: str, engine: Engine) -> Claim:
-        """The claim's steps (`_claim_steps`) run on one connection of `engine`."""
+    def _claim(self, scope: str, key: str, route: str, fingerprint: str) -> Claim:
+        """The claim's steps (`_claim_steps`) run on one connection of the thread's engine."""
         steps = self._claim_steps(scope, key, route, fingerprint)
-        with self._connection(engine) as conn:
+        with self._connection() as conn:
             try:
                 op, params = next(steps)
                 while True:
