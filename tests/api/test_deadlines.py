@@ -170,9 +170,11 @@ def release_after_deadline(runner: HeldRunner, seen: list[EngineRequest]) -> thr
 def test_a_stream_cut_mid_generation_ends_with_the_error_event_then_done() -> None:
     with served() as (s, runner, eng), httpx.Client(base_url=s.url, timeout=120) as http:
         seen = record_submits(eng)
-        runner.hold_after = runner.calls + 1  # the prompt's step gives the first token; the next waits
+        runner.hold_after = runner.calls + 4  # four steps give tokens; the next waits
         releaser = release_after_deadline(runner, seen)
-        body = {"model": "reference", "prompt": "Hi", "max_tokens": 1500, "stream": True, "logit_bias": NO_EOS}
+        # greedy: a sampled first token can be part of a UTF-8 character, whose text waits for the rest
+        body = {"model": "reference", "prompt": "Hi", "max_tokens": 1500, "stream": True, "logit_bias": NO_EOS,
+                "temperature": 0}
         with http.stream("POST", "/v1/completions", json=body, headers={"X-Request-Timeout": "3"}) as r:
             assert r.status_code == 200
             evts = events(r.iter_lines())
@@ -213,9 +215,10 @@ def hold_outputs_until_the_end(eng: Engine) -> list[EngineRequest]:
 def test_tokens_merged_with_the_deadline_error_are_streamed_before_it(route: str) -> None:
     with served() as (s, runner, eng), httpx.Client(base_url=s.url, timeout=120) as http:
         seen = hold_outputs_until_the_end(eng)
-        runner.hold_after = runner.calls + 2
+        runner.hold_after = runner.calls + 4
         releaser = release_after_deadline(runner, seen)
-        body: dict[str, Any] = {"model": "reference", "max_tokens": 1500, "stream": True, "logit_bias": NO_EOS}
+        body: dict[str, Any] = {"model": "reference", "max_tokens": 1500, "stream": True, "logit_bias": NO_EOS,
+                                "temperature": 0}  # greedy: the tokens' text does not depend on a draw
         chat = {"messages": [{"role": "user", "content": "Hi"}]}
         body.update({"prompt": "Hi"} if route == "/v1/completions" else chat)
         with http.stream("POST", route, json=body, headers={"X-Request-Timeout": "3"}) as r:
