@@ -163,7 +163,7 @@ class _DetachedStream(SSEResponse):
             await asyncio.wait({self._work})  # never cancels it, never raises what it raised
 
 
-def stream_detached(items: AsyncIterator[BaseModel | None], *, request_id: str,
+def stream_detached(items: AsyncIterator[BaseModel | str | None], *, request_id: str,
                     render_error: Callable[[ApiError, str], dict[str, Any]], keeper: Keeper) -> StreamingResponse:
     """Run the event producer `items` in a task of its own; the response streams what it has produced."""
     errors: list[ApiError] = []

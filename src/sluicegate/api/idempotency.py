@@ -181,7 +181,7 @@ class Held:
         """A whole answer (an ApiError from `finish` rendered by `render`), made even if the client leaves."""
         return await answer_detached(receive, finish, render=render, request_id=self._ctx.request_id, keeper=self)
 
-    def stream(self, items: AsyncIterator[BaseModel | None],
+    def stream(self, items: AsyncIterator[BaseModel | str | None],
                render_error: Callable[[ApiError, str], dict[str, Any]]) -> Response:
         """Server-sent events, produced to the end even if the client leaves."""
         return stream_detached(items, request_id=self._ctx.request_id, render_error=render_error, keeper=self)

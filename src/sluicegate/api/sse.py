@@ -1,6 +1,7 @@
 """Server-sent events: `data:` framing, heartbeat comments, the typed error event, and the final `[DONE]`.
 
-- Each item is one `data: <json>` event, serialised with `exclude_unset` (a delta carries only what it sets).
+- Each item is one `data: <json>` event, serialised with `exclude_unset` (a delta carries only what it sets);
+  an item that is a str is that JSON already serialised (the producer's fast path for plain text deltas).
 - A `None` item is the producer's heartbeat cue (serving/core.py: nothing for `HEARTBEAT_S` seconds, a long
   queue or prefill): a `: keep-alive` comment goes out; SSE parsers ignore it, proxies see traffic, and a
   gone client is noticed on the write. The producer owns the timer, so no task is created per event.
@@ -38,7 +39,7 @@ def frame(data: str, event: str | None = None) -> bytes:
 
 
 async def sse_stream(
-    items: AsyncIterator[BaseModel | None],
+    items: AsyncIterator[BaseModel | str | None],
     *,
     request_id: str,
     render_error: Callable[[ApiError, str], dict[str, Any]],
@@ -46,7 +47,10 @@ async def sse_stream(
     try:
         try:
             async for item in items:
-                yield HEARTBEAT if item is None else frame(item.model_dump_json(exclude_unset=True))
+                if item is None:
+                    yield HEARTBEAT
+                else:
+                    yield frame(item if isinstance(item, str) else item.model_dump_json(exclude_unset=True))
         except ApiError as exc:
             yield frame(json.dumps(render_error(exc, request_id)), event="error")
         except Exception:
@@ -84,7 +88,7 @@ class SSEResponse(StreamingResponse):
 
 
 def sse_response(
-    items: AsyncIterator[BaseModel | None],
+    items: AsyncIterator[BaseModel | str | None],
     *,
     request_id: str,
     render_error: Callable[[ApiError, str], dict[str, Any]],

@@ -60,6 +60,7 @@ from sluicegate.serving.core import (
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
 from sluicegate.serving.openai_common import (
+    TextDeltas,
     chat_logprobs,
     fingerprint,
     openai_finish,
@@ -415,9 +416,10 @@ class _Chunks:
 
 async def stream(
     model: ServedModel, plan: ChatPlan, ctx: RequestContext
-) -> AsyncIterator[ChatCompletionChunk | None]:
-    """The chunks of a streamed answer (the runs are already started). Errors raise ApiError mid-stream;
-    `None` is a heartbeat cue (nothing to send for a while).
+) -> AsyncIterator[ChatCompletionChunk | str | None]:
+    """The chunks of a streamed answer (the runs are already started), a model or its JSON already
+    serialised (a plain text delta: `TextDeltas`). Errors raise ApiError mid-stream; `None` is a heartbeat
+    cue (nothing to send for a while).
 
     Every choice first gets its role (and, for a named tool, the call's id and name); then text deltas (or
     argument deltas) as the engine releases them; then an empty delta with the finish reason. A `required`
@@ -431,6 +433,7 @@ async def stream(
         plan.fingerprint,
         bool(req.stream_options and req.stream_options.include_usage),
     )
+    texts = TextDeltas(lambda i, text: chunks.one(i, ChoiceDelta(content=text)))
     tool = plan.tool
     buffered = ["" for _ in range(req.n)]
     finals: list[Any] = [None] * req.n
@@ -465,7 +468,7 @@ async def stream(
             lps = ChoiceLogprobs(content=chat_logprobs(model.runner, out.logprobs)) if req.logprobs else None
             if out.text or (lps is not None and lps.content):
                 if tool is None:
-                    yield chunks.one(i, ChoiceDelta(content=out.text), lps=lps)
+                    yield texts(i, out.text) if lps is None else chunks.one(i, ChoiceDelta(content=out.text), lps=lps)
                 elif tool.name is not None:
                     yield chunks.one(
                         i,

@@ -10,9 +10,12 @@ import codecs
 import hashlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Generic, Literal, Protocol, TypeVar
+
+import pydantic_core
+from pydantic import BaseModel
 
 from sluicegate import __version__
 from sluicegate.backends.base import ModelRunner
@@ -25,6 +28,38 @@ from sluicegate.serving.models import ServedModel
 log = logging.getLogger("sluicegate.openai")
 
 MASKED_LOGPROB = -9999.0  # what OpenAI reports for a token that could not be chosen (our -inf)
+
+Chunk = TypeVar("Chunk", bound=BaseModel)
+_MARK = "\ue000sluicegate-text\ue001"  # private-use characters: in no model name, id or fingerprint
+_MARK_JSON = pydantic_core.to_json(_MARK).decode()
+
+
+class TextDeltas(Generic[Chunk]):
+    """The chunks of plain text deltas (no logprobs, no token ids), serialised once per token without models.
+
+    `make(i, text)` builds choice i's chunk; the JSON that `make(i, text).model_dump_json(exclude_unset=True)`
+    would give is returned as a str. Everything around the text is the same for every delta of a choice, so
+    it is rendered once per choice, through the models themselves (the two cannot drift apart), and each
+    text is spliced in as pydantic-core encodes a str. That replaces three model validations and a
+    serialisation per streamed token on the event loop, whose every wake-up competes with the forward pass
+    for a core (docs/benchmarks.md). Where the marker does not occur exactly once, the model is returned.
+    """
+
+    __slots__ = ("_frames", "_make")
+
+    def __init__(self, make: Callable[[int, str], Chunk]) -> None:
+        self._make = make
+        self._frames: dict[int, tuple[str, str] | None] = {}
+
+    def __call__(self, i: int, text: str) -> Chunk | str:
+        if i not in self._frames:
+            dumped = self._make(i, _MARK).model_dump_json(exclude_unset=True)
+            head, _, tail = dumped.partition(_MARK_JSON)
+            self._frames[i] = (head, tail) if dumped.count(_MARK_JSON) == 1 else None
+        frame = self._frames[i]
+        if frame is None:
+            return self._make(i, text)
+        return frame[0] + pydantic_core.to_json(text).decode() + frame[1]
 
 
 def fingerprint(model: ServedModel) -> str:

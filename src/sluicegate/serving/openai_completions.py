@@ -41,6 +41,7 @@ from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
 from sluicegate.serving.openai_common import (
     CompletionLogprobState,
+    TextDeltas,
     check_token_ids,
     fingerprint,
     openai_finish,
@@ -202,9 +203,9 @@ async def complete(model: ServedModel, plan: CompletionPlan, ctx: RequestContext
 
 async def stream(
     model: ServedModel, plan: CompletionPlan, ctx: RequestContext
-) -> AsyncIterator[Completion | None]:
-    """Chunks: the prompt first when echoing, then text deltas, then an empty delta with the finish reason;
-    `None` is a heartbeat cue (nothing to send for a while)."""
+) -> AsyncIterator[Completion | str | None]:
+    """Chunks: the prompt first when echoing, then text deltas (plain ones already serialised: `TextDeltas`),
+    then an empty delta with the finish reason; `None` is a heartbeat cue (nothing to send for a while)."""
     req = plan.request
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     n_choices = len(plan.prompt_texts) * req.n
@@ -224,6 +225,9 @@ async def stream(
         fields.update(extra)
         return Completion(**fields)
 
+    texts = TextDeltas(lambda i, text: chunk(
+        [CompletionChoice(index=i, text=text, token_ids=None, logprobs=None, finish_reason=None)]
+    ))
     try:
         if req.echo:
             for i in range(n_choices):
@@ -248,7 +252,10 @@ async def stream(
                 finals[i] = out
             lps = _logprobs(model, states[i], req, out.logprobs)
             ids = out.new_token_ids if req.return_token_ids else None
-            if out.text or ids or (lps is not None and lps.tokens):
+            if ids is None and lps is None:
+                if out.text:
+                    yield texts(i, out.text)
+            elif out.text or ids or (lps is not None and lps.tokens):
                 yield chunk([CompletionChoice(index=i, text=out.text, token_ids=ids, logprobs=lps, finish_reason=None)])
             if err is not None:  # after the text it came with: a merged last delta loses nothing
                 raise err
