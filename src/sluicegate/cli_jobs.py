@@ -51,7 +51,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-lease-seconds", type=float, default=j.lease_s,
                    help="a batch item's lease: a dead replica's items are taken over after it")
     p.add_argument("--batch-poll-seconds", type=float, default=j.poll_s,
-                   help="how often an idle batch worker looks for items")
+                   help="how often a batch worker looks for items it was not woken for; idle, it backs off to 8x")
     p.add_argument("--batch-file-ttl-hours", type=float, default=j.file_ttl_hours,
                    help="uploaded batch files expire after this (default: kept until deleted)")
     p.add_argument("--batch-output-ttl-hours", type=float, default=j.output_ttl_hours,

@@ -32,6 +32,7 @@ from sluicegate.jobs.leases import Lease
 from sluicegate.jobs.store import JobStore
 from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.store.models import BatchJob
+from sluicegate.store.polling import IdlePoll
 
 log = logging.getLogger("sluicegate.jobs")
 MAX_ATTEMPTS = 3
@@ -123,7 +124,9 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------------------------
     async def _loop(self) -> None:
         last_renew = last_sweep = 0.0
+        poll = IdlePoll(self.poll_s)  # an idle worker backs off (store/polling.py)
         while not self._stopping:
+            found = bool(self._running)
             try:
                 now = time.monotonic()
                 if now - last_renew >= self.lease_s / 3:
@@ -132,18 +135,19 @@ class Worker:
                 if now - last_sweep >= max(self.poll_s, 1.0):
                     await asyncio.to_thread(self.jobs.expire_due)
                     last_sweep = now
-                await self._finalize_ready()
+                found = await self._finalize_ready() > 0 or found
                 free = self.slots - len(self._running)
                 if free > 0 and now >= self._backoff_until:
                     for lease in await asyncio.to_thread(self.jobs.leases.lease, self.owner, free, self.lease_s):
                         self.run_item(lease)
+                        found = True
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("batch worker: a store call failed; retrying")
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                await asyncio.wait_for(self._wake.wait(), poll.after(found))
 
     async def _renew(self) -> None:
         ids = list(self._running)
@@ -155,8 +159,10 @@ class Worker:
             if state == S.CANCELLING:
                 self._abort(job_id, S.ITEM_CANCELLED)
 
-    async def _finalize_ready(self) -> None:
-        for job_id in await asyncio.to_thread(self.jobs.ready_to_finalize, self.lease_s):
+    async def _finalize_ready(self) -> int:
+        """Finish the jobs whose items have all ended; returns how many were ready."""
+        ready = await asyncio.to_thread(self.jobs.ready_to_finalize, self.lease_s)
+        for job_id in ready:
             job = await asyncio.to_thread(self.jobs.claim_finalize, job_id, self.lease_s)
             if job is None:
                 continue
@@ -168,6 +174,7 @@ class Worker:
             await asyncio.to_thread(self.jobs.complete, job, final, out, err)
             self._stopped_jobs.pop(job_id, None)
             log.info("batch %s %s", job_id, final)
+        return len(ready)
 
     # -- one item ----------------------------------------------------------------------------------------
     def run_item(self, lease: Lease) -> None:

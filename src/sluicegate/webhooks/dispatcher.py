@@ -21,6 +21,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import math
 import random
 import secrets
 import time
@@ -32,6 +33,7 @@ from standardwebhooks import Webhook
 from sluicegate import __version__
 from sluicegate.config import WebhookConfig
 from sluicegate.store.db import Store
+from sluicegate.store.polling import IdlePoll
 from sluicegate.webhooks import store as db
 from sluicegate.webhooks.ssrf import Guard, Resolver, UnsafeUrl, system_resolve
 
@@ -62,6 +64,7 @@ class Webhooks:
         self.guard = Guard(config.allow_networks, resolve)
         self._transport = transport
         self._wake = asyncio.Event()
+        self._retry_due = math.inf  # monotonic time of the soonest retry this process scheduled since it last looked
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -102,14 +105,20 @@ class Webhooks:
     async def _run(self) -> None:
         async with httpx.AsyncClient(transport=self._transport, follow_redirects=False, trust_env=False,
                                      timeout=self.config.timeout_s) as client:
+            poll = IdlePoll(self.config.poll_s)  # an idle dispatcher backs off (store/polling.py)
             while True:
                 self._wake.clear()
+                sent, looked = 0, time.monotonic()
                 try:
-                    await self.send_due(client)
+                    sent = await self.send_due(client)
                 except Exception:  # the store is away: try again at the next poll
                     log.exception("webhook deliveries could not be read")
+                if self._retry_due <= looked:  # that look was after it came due
+                    self._retry_due = math.inf
+                # a retry this process scheduled is looked for when it comes due, however idle the poll
+                wait_s = max(0.0, min(poll.after(sent > 0), self._retry_due - time.monotonic()))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.config.poll_s)
+                    await asyncio.wait_for(self._wake.wait(), wait_s)
 
     async def send_due(self, client: httpx.AsyncClient) -> int:
         """One pass: claim every due delivery (up to `max_in_flight` at a time) and send it. Returns how many."""
@@ -158,6 +167,8 @@ class Webhooks:
             await asyncio.to_thread(db.record_attempt, self.store, c, status=db.FAILED, status_code=code,
                                     error=error, duration_ms=ms, retry_at=None)
             return
-        retry = db.now() + dt.timedelta(seconds=backoff_s(attempts, self.config))
+        wait_s = backoff_s(attempts, self.config)
+        retry = db.now() + dt.timedelta(seconds=wait_s)
+        self._retry_due = min(self._retry_due, time.monotonic() + wait_s + 0.05)  # looks again by then (+ clock skew)
         await asyncio.to_thread(db.record_attempt, self.store, c, status=db.PENDING, status_code=code, error=error,
                                 duration_ms=ms, retry_at=retry)
