@@ -86,6 +86,20 @@ def test_signed_and_retried_after_two_500s(db_url: str) -> None:
         assert r.status_code == 404
 
 
+def test_a_retry_goes_out_when_due_however_long_the_idle_poll(db_url: str) -> None:
+    """The dispatcher backs off while idle (store/polling.py); a retry it scheduled itself is still looked for
+    when it comes due, not at the next poll (here ten minutes away)."""
+    with receiver(500, 204) as rx, server(
+        db_url, dataclasses.replace(FAST, poll_s=600.0, backoff_base_s=1.0, backoff_max_s=1.0)
+    ) as (s, key, secret):
+        assert register(s, secret, rx.url + "/hooks").status_code == 201
+        assert s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "batch_2"}, subject="batch_2") == 1
+        poll_until(lambda: settled(s, secret, "batch_2") is not None)
+        row = settled(s, secret, "batch_2")
+        assert row is not None and row["status"] == "delivered"
+        assert [a["status_code"] for a in row["log"]] == [500, 204]
+
+
 def test_410_disables_the_endpoint(db_url: str) -> None:
     with receiver(410) as rx, server(db_url) as (s, key, secret):
         ep = register(s, secret, rx.url + "/gone").json()
