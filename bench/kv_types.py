@@ -41,18 +41,23 @@ def fill(r: LlamaCppRunner, slot: int, ids: list[int]) -> None:
         r.execute([BatchItem(slot, ids[a : a + 400], a, False)])
 
 
+def lone_step_ms(r: LlamaCppRunner, at: int, n: int = 20) -> float:
+    """The median of `n` decode steps of a lone sequence in slot 0 from position `at`, in milliseconds."""
+    steps = []
+    for k in range(n):
+        t0 = time.perf_counter()
+        r.execute([BatchItem(0, [7], at + k, True)])
+        steps.append(time.perf_counter() - t0)
+    return float(np.median(steps)) * 1e3
+
+
 def speed(types: tuple[str, str], ids: list[int]) -> dict[str, float]:
     r = runner(types)
     try:
         out = {}
         for at in (100, 300, 600, 1000):
             fill(r, 0, ids[:at])
-            steps = []
-            for k in range(20):
-                t0 = time.perf_counter()
-                r.execute([BatchItem(0, [7], at + k, True)])
-                steps.append(time.perf_counter() - t0)
-            out[f"lone@{at}"] = float(np.median(steps)) * 1e3
+            out[f"lone@{at}"] = lone_step_ms(r, at)
         for s in range(8):
             fill(r, s, ids[s * 50 : s * 50 + 600])
         t0 = time.perf_counter()

@@ -18,10 +18,14 @@ tokens per second, median of 3), then a lone sequence's decode step at position 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.kv_types import lone_step_ms
 from sluicegate.backends.base import BatchItem
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 
@@ -44,12 +48,7 @@ def measure(name: str, ids: list[int]) -> dict[str, float]:
                     r.execute([BatchItem(0, ids[a : min(n, a + 512)], a, a + 512 >= n)])
                 times.append(time.perf_counter() - t0)
             out[f"prefill@{n}"] = n / float(np.median(times))
-            steps = []
-            for k in range(10):
-                t0 = time.perf_counter()
-                r.execute([BatchItem(0, [7], n + k, True)])
-                steps.append(time.perf_counter() - t0)
-            out[f"step@{n}"] = float(np.median(steps)) * 1e3
+            out[f"step@{n}"] = lone_step_ms(r, n, 10)
         return out
     finally:
         r.close()
