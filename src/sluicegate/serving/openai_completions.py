@@ -252,11 +252,10 @@ async def stream(
                 finals[i] = out
             lps = _logprobs(model, states[i], req, out.logprobs)
             ids = out.new_token_ids if req.return_token_ids else None
-            if ids is None and lps is None:
-                if out.text:
-                    yield texts(i, out.text)
-            elif out.text or ids or (lps is not None and lps.tokens):
-                yield chunk([CompletionChoice(index=i, text=out.text, token_ids=ids, logprobs=lps, finish_reason=None)])
+            if out.text or ids or (lps is not None and lps.tokens):
+                yield texts(i, out.text) if ids is None and lps is None else chunk(
+                    [CompletionChoice(index=i, text=out.text, token_ids=ids, logprobs=lps, finish_reason=None)]
+                )
             if err is not None:  # after the text it came with: a merged last delta loses nothing
                 raise err
             if out.finished:
