@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sluicegate.backends.cpu_threads import NeighbourLoad, ThreadGovernor, usable_cores
+from sluicegate.backends.cpu_threads import NeighbourLoad, ThreadGovernor, runnable_neighbours, usable_cores
 
 
 class Feed:
@@ -18,6 +18,10 @@ class Feed:
     def __init__(self) -> None:
         self.seen = 0
         self.now = 0.0
+        self.runnable: int | None = 0  # other processes' threads runnable at the instant of asking
+
+    def idle(self, seconds: float) -> None:
+        self.now += seconds
 
     def sample(self) -> int:
         return self.seen
@@ -28,7 +32,8 @@ class Feed:
 
 
 def governor(feed: Feed, *, threads: int = 2, cores: int = 2) -> ThreadGovernor:
-    return ThreadGovernor(threads, cores=cores, interval_s=0.1, sample=feed.sample, clock=feed.clock)
+    return ThreadGovernor(threads, cores=cores, interval_s=0.1, sample=feed.sample, clock=feed.clock,
+                          runnable=lambda: feed.runnable)
 
 
 def settle(gov: ThreadGovernor, picks: int = 20) -> int:
@@ -109,6 +114,77 @@ def test_samples_are_taken_at_most_once_per_interval() -> None:
 def test_an_unreadable_run_queue_keeps_the_count() -> None:
     gov = ThreadGovernor(2, cores=2, sample=lambda: None)
     assert settle(gov) == 2
+
+
+def steps(gov: ThreadGovernor, n: int) -> int:
+    """`n` steps back to back (each picked for, then done)."""
+    for _ in range(n):
+        threads = gov.pick()
+        gov.done()
+    return threads
+
+
+def test_a_neighbour_that_ran_while_the_server_idled_and_stopped_takes_no_thread() -> None:
+    feed = Feed()
+    gov = governor(feed)
+    assert steps(gov, 5) == 2
+    feed.idle(20.0)
+    feed.seen, feed.runnable = 2, 0  # the window read two busy cores; nothing of theirs runs now
+    assert gov.pick() == 2
+    assert gov.busy == 0.0
+    feed.seen = 0
+    assert steps(gov, 5) == 2
+    assert gov.changes == 0
+
+
+def test_the_same_window_without_the_idle_spell_takes_a_thread() -> None:
+    feed = Feed()  # the contrast: a busy window in the middle of work counts, whatever runs at the instant
+    gov = governor(feed)
+    steps(gov, 5)
+    feed.seen, feed.runnable = 2, 0
+    assert steps(gov, 1) == 1
+
+
+def test_a_neighbour_still_running_after_the_idle_spell_keeps_its_thread() -> None:
+    feed = Feed()
+    gov = governor(feed)
+    feed.seen, feed.runnable = 1, 1
+    assert steps(gov, 20) == 1
+    feed.idle(20.0)
+    assert gov.pick() == 1
+    gov.done()
+    assert steps(gov, 20) == 1
+
+
+def test_the_first_step_after_an_idle_spell_samples_at_once() -> None:
+    calls = []
+    t = [5.0]
+    gov = ThreadGovernor(2, cores=2, interval_s=10.0, sample=lambda: calls.append(1) or 0, clock=lambda: t[0],
+                         runnable=lambda: 0)
+    gov.pick()
+    gov.done()
+    t[0] += 0.05  # shorter than idle_s: no new sample inside the interval
+    gov.pick()
+    gov.done()
+    assert len(calls) == 1
+    t[0] += 1.0
+    gov.pick()
+    assert len(calls) == 2
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="needs Linux /proc to read the run queue")
+def test_runnable_neighbours_sees_a_spinning_process() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        start = _cpu_ticks(busy.pid)
+        while _cpu_ticks(busy.pid) - start < 5:  # it is running (however long the machine took to start it)
+            time.sleep(0.01)
+        seen = [runnable_neighbours() for _ in range(20)]
+    finally:
+        busy.kill()
+        busy.wait()
+    assert all(n is not None for n in seen)
+    assert max(n or 0 for n in seen) >= 1
 
 
 def test_usable_cores_respects_the_affinity_mask() -> None:

@@ -10,7 +10,15 @@ So the runner asks a `ThreadGovernor` before each step. A few times a second it 
 machine spent busy (/proc/stat) and how much of it was this process's (/proc/self/stat): the rest, over the
 wall time, is how many cores the neighbours used. The thread count is the usable cores minus the busy
 neighbours (at least one, at most the configured maximum), smoothed so a short burst (a shell command, a
-streaming client on the same machine) does not make it flap. llama.cpp's thread count does not change any
+streaming client on the same machine) does not make it flap.
+
+A window that spans an idle spell of this server says what the neighbours did while it had nothing to
+compute, which matters only if they are still at it: another process that ran while this one idled and has
+stopped (a second server that just answered, a build that finished) would otherwise cost the next request its
+prefill on one thread (2x slower: docs/benchmarks.md, "Compute threads after an idle spell"). So the first
+step after an idle spell also looks at the run queue (`runnable_neighbours`): the average is capped at the
+number of other processes' threads runnable at that instant. A CPU-bound neighbour is always runnable and
+keeps its thread; one that has gone is forgotten at once. llama.cpp's thread count does not change any
 result: each output element is computed by one thread whatever the split (tested token for token in
 tests/e2e/test_runner_e2e.py).
 
@@ -20,6 +28,7 @@ threadpool API (which could pause threads itself) is not bound by llama-cpp-pyth
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -53,6 +62,23 @@ def _cgroup_quota() -> float | None:
         p = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
         return q / p if q > 0 and p > 0 else None
     except (OSError, ValueError):
+        return None
+
+
+def runnable_neighbours() -> int | None:
+    """Other processes' threads runnable at this instant: the kernel's count of runnable threads
+    (/proc/loadavg) minus this process's own (each thread's state in /proc/self/task); None without /proc."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+        own = 0
+        for task in os.scandir("/proc/self/task"):
+            with contextlib.suppress(OSError):  # a thread that ended between the listing and the read
+                with open(f"{task.path}/stat", "rb") as f:
+                    stat = f.read()
+                own += stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R"
+        return max(0, running - own)
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -101,33 +127,45 @@ class ThreadGovernor:
     every `interval_s`.
     One thread is given up as soon as the average says a neighbour holds a core (>= `down_at` of one); it is
     taken back only once the average has fallen below `up_at`, so the count changes at most a few times a
-    second and not on every passing burst.
+    second and not on every passing burst. `done()` marks the end of a step: a `pick` at least `idle_s` after
+    it starts a busy spell, samples at once and caps the average at `runnable` (the neighbours runnable now).
     """
 
     def __init__(
         self, max_threads: int, *, cores: int | None = None, interval_s: float = 0.25, weight: float = 0.3,
-        down_at: float = 0.5, up_at: float = 0.2, sample: Callable[[], float | None] | None = None,
+        down_at: float = 0.5, up_at: float = 0.2, idle_s: float = 0.1,
+        sample: Callable[[], float | None] | None = None, runnable: Callable[[], int | None] = runnable_neighbours,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_threads = max(1, max_threads)
         self.cores = cores if cores is not None else usable_cores()
         self.interval_s, self.weight, self.down_at, self.up_at = interval_s, weight, down_at, up_at
-        self._sample, self._clock = sample or NeighbourLoad(clock), clock
+        self.idle_s = idle_s
+        self._sample, self._runnable, self._clock = sample or NeighbourLoad(clock), runnable, clock
         self._next = 0.0
+        self._ended: float | None = None  # when the last step ended (`done`), until the next pick
         self.busy = 0.0  # smoothed runnable neighbours
         self.threads = self.max_threads
         self.changes = 0  # how often the count changed (metrics, tests)
 
+    def done(self) -> None:
+        """The step picked for has ended: the time until the next `pick` is idle."""
+        self._ended = self._clock()
+
     def pick(self) -> int:
         """The thread count for the step about to run."""
         now = self._clock()
-        if now < self._next:
+        resumed = self._ended is not None and now - self._ended >= self.idle_s
+        self._ended = None
+        if now < self._next and not resumed:
             return self.threads
         self._next = now + self.interval_s
         seen = self._sample()
         if seen is None:
             return self.threads
         self.busy += self.weight * (seen - self.busy)
+        if resumed and (running := self._runnable()) is not None:
+            self.busy = min(self.busy, float(running))  # what ran while this server idled, only if it still runs
         # Neighbours that hold a core each, rounded with hysteresis: a fractional average between up_at and
         # down_at keeps the previous decision.
         held = math.floor(self.busy) + (1 if self.busy - math.floor(self.busy) >= self.down_at else 0)

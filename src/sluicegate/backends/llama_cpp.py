@@ -210,6 +210,13 @@ class LlamaCppRunner:
         if self._governor is not None and (n := self._governor.pick()) != self._threads:
             L.llama_set_n_threads(self._ctx, n, n)
             self._threads = n
+        try:
+            return self._execute(batch)
+        finally:
+            if self._governor is not None:
+                self._governor.done()
+
+    def _execute(self, batch: Sequence[BatchItem]) -> Logits:
         if self._flash:
             return self._decode(batch)
         first_row = [0]  # item k's logits rows are first_row[k] .. first_row[k+1]-1 of the result
