@@ -79,10 +79,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "batching, and a conversation's earlier replies are reused from the cache (default: on; "
                         "--no-flash-attn: the plain attention kernels; docs/engine.md)")
     sc = SchedulerConfig()
-    p.add_argument("--speculative-ngram", type=nonnegative_int, default=sc.speculative_ngram, metavar="K",
-                   help="opt-in speculative decoding for greedy requests: up to K prompt-lookup draft tokens "
-                        "verified per step (vLLM's ngram method; default 0: off). Outputs may "
-                        "then differ from one-token-at-a-time decoding (docs/engine.md)")
+    p.add_argument("--speculative-ngram", type=speculative, default="auto", metavar="auto|K",
+                   help="speculative decoding for greedy requests, prompt-lookup drafts verified in one step "
+                        "(vLLM's ngram method). auto (the default): only where verification is exact (flash "
+                        f"attention), at most {sc.speculative_auto} drafts and only as many as the measured "
+                        "cost of a row says pay; K: up to K drafts whenever a match is found (with "
+                        "--no-flash-attn outputs may then differ from one-at-a-time decoding); 0: off "
+                        "(docs/engine.md)")
     p.add_argument("--prompt-lookup-max", type=positive_int, default=sc.prompt_lookup_max, metavar="N",
                    help=f"speculative decoding: longest n-gram matched to find drafts (default {sc.prompt_lookup_max})")
     p.add_argument("--prompt-lookup-min", type=positive_int, default=sc.prompt_lookup_min, metavar="N",
@@ -220,12 +223,19 @@ def nonnegative_int(text: str) -> int:
     return value
 
 
+def speculative(text: str) -> str | int:
+    """`--speculative-ngram`: "auto" or a whole number >= 0."""
+    return "auto" if text == "auto" else nonnegative_int(text)
+
+
 def engine_from_args(args: argparse.Namespace, deadline_admission: bool) -> SchedulerConfig:
     """The engine's knobs; a speculative n-gram range with min > max is refused like any bad flag."""
     if args.prompt_lookup_min > args.prompt_lookup_max:
         raise SystemExit(f"sluicegate: --prompt-lookup-min ({args.prompt_lookup_min}) is over --prompt-lookup-max "
                          f"({args.prompt_lookup_max})")
-    return SchedulerConfig(deadline_admission=deadline_admission, speculative_ngram=args.speculative_ngram,
+    fixed = 0 if args.speculative_ngram == "auto" else int(args.speculative_ngram)
+    auto = SchedulerConfig().speculative_auto if args.speculative_ngram == "auto" else 0
+    return SchedulerConfig(deadline_admission=deadline_admission, speculative_ngram=fixed, speculative_auto=auto,
                            prompt_lookup_max=args.prompt_lookup_max, prompt_lookup_min=args.prompt_lookup_min)
 
 

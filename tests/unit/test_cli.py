@@ -78,11 +78,15 @@ def test_the_time_budget_flags() -> None:
 def test_the_speculative_decoding_flags() -> None:
     from sluicegate.engine import SchedulerConfig
 
-    assert cli.engine_from_args(parse(), True) == SchedulerConfig()  # off by default
+    assert cli.engine_from_args(parse(), True) == SchedulerConfig()  # adaptive by default
+    assert cli.engine_from_args(parse("--speculative-ngram", "auto"), True) == SchedulerConfig()
+    assert SchedulerConfig().speculative_auto > 0 and SchedulerConfig().speculative_ngram == 0
+    off = cli.engine_from_args(parse("--speculative-ngram", "0"), True)
+    assert (off.speculative_ngram, off.speculative_auto) == (0, 0)
     cfg = cli.engine_from_args(parse("--speculative-ngram", "5", "--prompt-lookup-max", "4",
                                      "--prompt-lookup-min", "1"), False)
-    assert cfg == SchedulerConfig(deadline_admission=False, speculative_ngram=5, prompt_lookup_max=4,
-                                  prompt_lookup_min=1)
+    assert cfg == SchedulerConfig(deadline_admission=False, speculative_ngram=5, speculative_auto=0,
+                                  prompt_lookup_max=4, prompt_lookup_min=1)
     for flag, bad in (("--speculative-ngram", "-1"), ("--prompt-lookup-max", "0"), ("--speculative-ngram", "x")):
         with pytest.raises(SystemExit):
             parse(flag, bad)

@@ -152,7 +152,10 @@ class AppState:
         if not runner.limits.batch_invariant:
             log.warning("this runner's numerics depend on batching: a request's tokens may depend on what is "
                         "batched with it")
-        if self.config.engine.speculative_ngram and runner.limits.decoded_kv_exact:
+        if engine.scheduler.drafting is not None:
+            log.info("speculative decoding: adaptive (drafts where they pay, verified with the numerics of "
+                     "one-token decoding)")
+        elif self.config.engine.speculative_ngram and runner.limits.decoded_kv_exact:
             log.info("speculative decoding is on; drafts are verified with the numerics of one-token decoding")
         elif self.config.engine.speculative_ngram:
             log.warning("speculative decoding is on: a greedy request's tokens may differ from one-token-at-a-time "

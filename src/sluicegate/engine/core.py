@@ -290,8 +290,12 @@ class Engine:
             return
         try:
             self._apply_kv_ops(out)
+            began = time.monotonic()
             sampled = self._forward(out) if out.chunks else ([], {})
             done = time.monotonic()
+            drafting = self.scheduler.drafting
+            if drafting is not None and out.chunks and all(c.start_pos >= c.seq.prompt_len for c in out.chunks):
+                drafting.observe_step(sum(len(c.token_ids) for c in out.chunks), done - began)  # decode rows only
             results = self.scheduler.update(out, sampled[0], done)
             agreed = self._settle_drafts(out, sampled[0]) if any(c.n_draft for c in out.chunks) else 0
             # the forecast's rate is of useful tokens: refused drafts are work, not progress
@@ -479,6 +483,8 @@ class Engine:
             self.stats.prefix_evicted_tokens = slots.evictions
             self.stats.prefix_cached_tokens = slots.cached_tokens
             self.stats.drain_tokens_per_second = self._throughput.speed.rate
+            if self.scheduler.drafting is not None:
+                self.stats.spec_row_cost = self.scheduler.drafting.cost
 
 
 def _deliver(live: _Live, out: RequestOutput) -> None:

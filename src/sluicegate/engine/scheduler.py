@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sluicegate.engine.prefix_cache import KvOp, SlotTable
-from sluicegate.engine.speculative import accepted, propose
+from sluicegate.engine.speculative import DraftPolicy, DraftRecord, accepted, propose, propose_n
 from sluicegate.engine.types import EngineRequest, FinishReason, Priority
 
 
@@ -44,7 +44,8 @@ class SchedulerConfig:
     max_waiting_tokens: int = 1 << 20  # prompt tokens allowed to wait; beyond it: 503 overloaded
     batch_aging_s: float = 30.0  # a batch request waiting this long goes ahead of younger batch requests
     deadline_admission: bool = True  # refuse at submit what the measured speed says cannot meet its deadline
-    speculative_ngram: int = 0  # prompt-lookup draft tokens per greedy step (vLLM num_speculative_tokens); 0: off
+    speculative_ngram: int = 0  # fixed prompt-lookup drafts per greedy step (vLLM num_speculative_tokens); 0: none
+    speculative_auto: int = 8  # with no fixed K: adaptive drafts, at most this many, where exact (0: off)
     prompt_lookup_max: int = 3  # longest n-gram matched to find drafts (tried first)
     prompt_lookup_min: int = 2  # shortest n-gram matched
 
@@ -56,6 +57,7 @@ class SeqStatus(enum.Enum):
 
 
 _seq_counter = itertools.count()
+_MAX_BAR = 0.9  # where a draft would need a better chance than this to pay, none is proposed (saves the lookups)
 
 
 @dataclass(slots=True, eq=False)
@@ -72,6 +74,7 @@ class Seq:
     first_token: float | None = None
     finished_at: float | None = None
     order: int = field(default_factory=lambda: next(_seq_counter))
+    drafts: DraftRecord = field(default_factory=DraftRecord)  # adaptive drafting: how its guesses fared
 
     @property
     def prompt_len(self) -> int:
@@ -96,6 +99,8 @@ class Chunk:
     start_pos: int
     want_logits: bool
     n_draft: int = 0  # speculative: the last `n_draft` token_ids are drafts; logits of every position wanted
+    proposal: tuple[int, ...] = ()  # adaptive drafting: every draft proposed, fed or not (checked after the step)
+    ngram: int = 0  # the proposal's n-gram length
 
 
 @dataclass(slots=True)
@@ -118,8 +123,11 @@ class Scheduler:
         if config.max_batch_tokens < n_slots + max(2, config.min_prefill_chunk):
             # every running sequence decodes every step, and a prompt must still make progress
             raise ValueError("max_batch_tokens must hold one token per slot plus a minimal prompt chunk")
-        if config.speculative_ngram < 0 or not 1 <= config.prompt_lookup_min <= config.prompt_lookup_max:
-            raise ValueError("speculative_ngram must be >= 0 and 1 <= prompt_lookup_min <= prompt_lookup_max")
+        if min(config.speculative_ngram, config.speculative_auto) < 0 or not (
+            1 <= config.prompt_lookup_min <= config.prompt_lookup_max
+        ):
+            raise ValueError("speculative_ngram and speculative_auto must be >= 0 and 1 <= prompt_lookup_min <= "
+                             "prompt_lookup_max")
         self.config = config
         self.slots = SlotTable(n_slots, config.block_size)
         self.eos_ids = eos_ids
@@ -128,6 +136,11 @@ class Scheduler:
         self.running: list[Seq] = []
         self.waiting_tokens = 0
         self._batch_held = False  # the last step held batch sequences back (engine: interactive prompts first)
+        # adaptive drafting only where verifying drafts is exact (the runner's decoded KV is a prefill's)
+        self.drafting = (
+            DraftPolicy(config.speculative_auto)
+            if exact_replies and config.speculative_auto > 0 and not config.speculative_ngram else None
+        )
 
     # -- admission ---------------------------------------------------------------------------------------
     def has_room(self, n_prompt_tokens: int, *, extra_requests: int = 0, extra_tokens: int = 0) -> bool:
@@ -172,11 +185,22 @@ class Scheduler:
         decoding = [s for s in sorted(runnable, key=_slot) if not s.in_prefill]
         budget -= len(decoding)
         spare = budget - (self.config.min_prefill_chunk if len(decoding) < len(runnable) or self.waiting else 0)
+        # adaptive drafts only in a step that prefills nothing: a prompt's rows are worth more than a guess
+        prefilling = len(decoding) < len(runnable) or (self.waiting and self.slots.n_free > 0)
+        bar = self.drafting.bar(len(decoding)) if self.drafting is not None and not prefilling else 1.0
         for seq in decoding:
-            drafts = self._drafts(seq, spare) if self.config.speculative_ngram > 0 else []
+            proposal: list[int] = []
+            n = 0
+            if self.config.speculative_ngram > 0:
+                drafts = self._drafts(seq, spare)
+            elif bar < _MAX_BAR and (room := self._draft_room(seq, spare)) >= 0:
+                drafts, proposal, n = self._adaptive_drafts(seq, bar, room)
+            else:
+                drafts = []
             spare -= len(drafts)
             budget -= len(drafts)
-            out.chunks.append(Chunk(seq, seq.pending_ids() + drafts, seq.num_computed, True, len(drafts)))
+            out.chunks.append(Chunk(seq, seq.pending_ids() + drafts, seq.num_computed, True, len(drafts),
+                                    tuple(proposal), n))
         for seq in runnable:
             if seq.in_prefill:
                 budget -= self._add_prefill_chunk(seq, budget, out)
@@ -208,18 +232,34 @@ class Scheduler:
             return True
         return self.slots.n_free > 0 and any(s.request.priority != Priority.BATCH for s in self.waiting)
 
-    def _drafts(self, seq: Seq, spare: int) -> list[int]:
-        """Prompt-lookup drafts for a greedy, unconstrained sequence without logprobs (engine/speculative.py);
-        never more than the step's spare budget, nor more than leave room for the token after them within
-        `max_new_tokens` (so the window holds them too)."""
+    def _draft_room(self, seq: Seq, spare: int) -> int:
+        """How many drafts `seq` may take: -1 if it is never drafted (sampled, constrained, asking logprobs);
+        else at most the step's spare budget, leaving room for the token after them within `max_new_tokens`
+        (so the window holds them too)."""
         p = seq.request.params
         if not p.greedy or seq.request.constraint is not None or p.logprobs is not None:
-            return []
-        k = min(self.config.speculative_ngram, spare, p.max_new_tokens - len(seq.output_ids) - 1)
+            return -1
+        return max(0, min(spare, p.max_new_tokens - len(seq.output_ids) - 1))
+
+    def _drafts(self, seq: Seq, spare: int) -> list[int]:
+        """A fixed K's prompt-lookup drafts (engine/speculative.py), within `_draft_room`."""
+        k = min(self.config.speculative_ngram, self._draft_room(seq, spare))
         if k < 1:
             return []
         cfg = self.config
         return propose(seq.request.prompt_ids + seq.output_ids, k, cfg.prompt_lookup_max, cfg.prompt_lookup_min)
+
+    def _adaptive_drafts(self, seq: Seq, bar: float, room: int) -> tuple[list[int], list[int], int]:
+        """(drafts to feed, the whole proposal, its n-gram length): the policy feeds the part expected to pay
+        and learns from all of it once the step's tokens are known (`update`)."""
+        policy, cfg = self.drafting, self.config
+        assert policy is not None
+        proposal, n = propose_n(seq.request.prompt_ids + seq.output_ids, policy.k_max, cfg.prompt_lookup_max,
+                                cfg.prompt_lookup_min)
+        if not proposal:
+            return [], [], 0
+        k = policy.how_many(policy.rate(n, seq.drafts), bar, min(room, len(proposal)))
+        return proposal[:k], proposal, n
 
     def _add_prefill_chunk(self, seq: Seq, budget: int, out: SchedulerOutput) -> int:
         remaining = seq.prompt_len - seq.num_computed
@@ -264,6 +304,8 @@ class Scheduler:
                 seq.num_computed += len(chosen)  # the fed token and the accepted drafts
             else:
                 seq.num_computed += len(chunk.token_ids)
+            if chunk.proposal and self.drafting is not None:
+                self.drafting.observe(chunk.ngram, seq.drafts, chunk.proposal, chosen)
             for token in chosen:
                 seq.output_ids.append(token)
                 if seq.first_token is None:
