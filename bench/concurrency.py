@@ -265,15 +265,20 @@ def server(kind: str, slots: int, log: Path) -> contextlib.AbstractContextManage
     return ours(slots, log, *(["--no-flash-attn"] if kind == "sluicegate-plain" else []))
 
 
-def run_rounds(kinds: list[str], n: int, max_tokens: int, rounds: int, log: Path) -> dict[str, list[Level]]:
+def run_rounds(
+    kinds: list[str], n: int, max_tokens: int, rounds: int, log: Path, per_round: int | None = None,
+) -> dict[str, list[Level]]:
     """Every server up at once (an idle one takes no CPU), then `rounds` rounds of the closed loop, one server
-    after the other, the starting server rotating: a slow spell of the machine hits every server alike."""
+    after the other, the starting server rotating: a slow spell of the machine hits every server alike.
+    `per_round` requests a round (default `n_requests(n)`); at one client, 1 alternates the servers request by
+    request, so the machine's drift over minutes cancels out of the per-round ratios."""
     out: dict[str, list[Level]] = {k: [] for k in kinds}
+    per = per_round or n_requests(n)
     with contextlib.ExitStack() as stack:
         urls = {k: stack.enter_context(server(k, n, log)) for k in kinds}
         models = {k: model_of(u) for k, u in urls.items()}
         for r in range(rounds):
-            bodies = [body(prompt(i, r), max_tokens) for i in range(n_requests(n))]
+            bodies = [body(prompt(r * per + i, r), max_tokens) for i in range(per)]
             for kind in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
                 lv = Level(kind, n)
                 asyncio.run(closed_loop(urls[kind], models[kind], lv, bodies))
@@ -304,6 +309,8 @@ def main() -> None:
     ap.add_argument("--levels", default="1,4,8,16,32")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per level (median reported)")
+    ap.add_argument("--per-round", type=int, default=None,
+                    help="requests per round (default max(3N, 12)); 1 at one client alternates request by request")
     ap.add_argument("--shared-level", type=int, default=8)
     ap.add_argument("--skip-shared", action="store_true")
     ap.add_argument("--servers", default="sluicegate,sluicegate-plain,llama-server")
@@ -316,7 +323,7 @@ def main() -> None:
     kinds = args.servers.split(",")
     runs: dict[tuple[str, int], list[Level]] = {}
     for n in levels:
-        for kind, lvs in run_rounds(kinds, n, args.max_tokens, args.rounds, args.log).items():
+        for kind, lvs in run_rounds(kinds, n, args.max_tokens, args.rounds, args.log, args.per_round).items():
             runs[(kind, n)] = lvs
     print("\n| clients | server | tokens/s | ms per token (1 client) | TTFT p50 ms | TTFT p95 ms | latency p50 ms "
           "| latency p95 ms | event-loop CPU ms/token | ratio (per round) |\n|---|---|---|---|---|---|---|---|---|---|")

@@ -1,21 +1,21 @@
-"""Opt-in speculative decoding (prompt lookup, `--speculative-ngram`): tokens/s at 1 client, with and without.
+"""Speculative decoding (prompt lookup, `--speculative-ngram`): tokens/s at 1 client, off, adaptive and fixed.
 
     flock /tmp/sluicegate-bench.lock .venv/bin/python bench/speculative.py --write     # the full run
     ... bench/speculative.py --rounds 1 --requests 1 --max-tokens 8                    # a smoke run
 
-Two of our servers, one slot each, 2 threads, same GGUF: as shipped, and with `--speculative-ngram K`
-(`--k`, default 5; n-grams of 3 down to 2). One client, streaming `POST /v1/chat/completions`, greedy,
+Three of our servers, one slot each, 2 threads, same GGUF: `off` (`--speculative-ngram 0`), `auto` (as shipped:
+adaptive drafts, engine/speculative.py's DraftPolicy), and `spec-K` (`--speculative-ngram K`, `--k`, default 5:
+K drafts whenever a match is found; n-grams of 3 down to 2). One client, streaming `POST /v1/chat/completions`, greedy,
 end-of-text banned (every reply is exactly `--max-tokens` tokens), on two workloads:
 
   repeat   "rewrite / copy / extract from this paragraph": the answer repeats its input, so drafts taken
            from the prompt are often right
   unique   open questions with nothing to copy: drafts come only from the reply's own repetitions
 
-Both servers run at once and take turns, `--rounds` times with the first rotating; tokens/s is the median
-round's (generated tokens / wall time), the speed-up the median of per-round ratios; the acceptance rate is
-accepted / drafted tokens from the speculative server's /metrics over all rounds. Greedy outputs with
-speculation may differ from plain decoding's on llama.cpp (multi-token verification rounds differently;
-docs/engine.md), so the tokens are not compared here.
+All servers run at once and take turns, `--rounds` times with the first rotating; tokens/s is the median
+round's (generated tokens / wall time), the speed-up the median of per-round ratios against `off`; the
+acceptance rate is accepted / drafted tokens from each server's /metrics over all rounds. With flash attention
+(the default) the replies are the same on all three (tests/e2e/test_speculative_e2e.py checks it).
 """
 
 from __future__ import annotations
@@ -68,13 +68,13 @@ def spec_counters(url: str) -> tuple[float, float]:
 
 
 Runs = dict[str, dict[str, list[Level]]]  # workload -> server -> one Level per round
-Drafts = dict[str, tuple[float, float]]  # workload -> (drafted, accepted) tokens over its rounds
+Drafts = dict[tuple[str, str], tuple[float, float]]  # (workload, server) -> (drafted, accepted) over its rounds
 
 
 def run(workloads: list[str], k: int, rounds: int, n_req: int, max_tokens: int, log: Path) -> tuple[Runs, Drafts]:
-    kinds = {"plain": [], f"spec-{k}": ["--speculative-ngram", str(k)]}
+    kinds = {"off": ["--speculative-ngram", "0"], "auto": [], f"spec-{k}": ["--speculative-ngram", str(k)]}
     out: Runs = {w: {kind: [] for kind in kinds} for w in workloads}
-    acc: Drafts = {w: (0.0, 0.0) for w in workloads}
+    acc: Drafts = {(w, kind): (0.0, 0.0) for w in workloads for kind in kinds}
     with contextlib.ExitStack() as stack:
         urls = {kind: stack.enter_context(ours(1, log, *extra)) for kind, extra in kinds.items()}
         models = {kind: model_of(u) for kind, u in urls.items()}
@@ -82,12 +82,13 @@ def run(workloads: list[str], k: int, rounds: int, n_req: int, max_tokens: int, 
         for w in workloads:
             for r in range(rounds):
                 bodies = [body(p, max_tokens) for p in prompts(w, n_req, r)]
-                for kind in names[r % 2:] + names[: r % 2]:
+                for kind in names[r % len(names):] + names[: r % len(names)]:
                     lv = Level(kind, 1)
                     before = spec_counters(urls[kind])
                     asyncio.run(closed_loop(urls[kind], models[kind], lv, bodies))
                     after = spec_counters(urls[kind])
-                    acc[w] = (acc[w][0] + after[0] - before[0], acc[w][1] + after[1] - before[1])
+                    was = acc[(w, kind)]
+                    acc[(w, kind)] = (was[0] + after[0] - before[0], was[1] + after[1] - before[1])
                     out[w][kind].append(lv)
                     print(f"{w} {kind} round {r + 1}: {lv.tokens} tokens, {lv.tps:.1f} tok/s, "
                           f"{pct(lv.tpot, .5):.1f} ms/token, "
@@ -100,15 +101,15 @@ def table(runs: Runs, drafts: Drafts) -> str:
     rows = ["| workload | server | tokens/s | ms/token p50 | latency p50 ms | drafts accepted | speed-up (per round) |",
             "|---|---|---|---|---|---|---|"]
     for w, by_kind in runs.items():
-        plain = by_kind["plain"]
-        drafted, accepted = drafts[w]
+        plain = by_kind["off"]
         for kind, lvs in by_kind.items():
+            drafted, accepted = drafts[(w, kind)]
             tps = sorted(lv.tps for lv in lvs)[len(lvs) // 2]
             tpot = pct([t for lv in lvs for t in lv.tpot], .5)
             lat = pct([t for lv in lvs for t in lv.latency], .5)
-            rate = f"{accepted / drafted:.0%} of {drafted:.0f}" if kind != "plain" and drafted else ""
+            rate = f"{accepted / drafted:.0%} of {drafted:.0f}" if drafted else ""
             ratio = ""
-            if kind != "plain":
+            if kind != "off":
                 per = sorted(a.tps / b.tps for a, b in zip(lvs, plain, strict=True) if b.tps)
                 ratio = f"{per[len(per) // 2]:.2f}x ({', '.join(f'{x:.2f}' for x in per)})" if per else ""
             rows.append(f"| {w} | {kind} | {tps:.1f} | {tpot:.1f} | {lat:.0f} | {rate} | {ratio} |")
