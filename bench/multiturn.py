@@ -99,8 +99,10 @@ async def turn(c: httpx.AsyncClient, model: str, messages: list[dict[str, str]],
     return "".join(parts)
 
 
-async def short_shared(c: httpx.AsyncClient, model: str, st: Stats, rnd: int, max_tokens: int) -> None:
-    queue = [QUESTIONS[i % len(QUESTIONS)] for i in range(max(4 * st.clients, 2 * len(QUESTIONS)))]
+async def short_shared(c: httpx.AsyncClient, model: str, st: Stats, rnd: int, max_tokens: int,
+                       size: int | None = None) -> None:
+    n = size or max(4 * st.clients, 2 * len(QUESTIONS))
+    queue = [QUESTIONS[(rnd * n + i) % len(QUESTIONS)] for i in range(n)]
 
     async def client() -> None:
         while queue:
@@ -111,8 +113,10 @@ async def short_shared(c: httpx.AsyncClient, model: str, st: Stats, rnd: int, ma
     await asyncio.gather(*(client() for _ in range(st.clients)))
 
 
-async def multi_turn(c: httpx.AsyncClient, model: str, st: Stats, rnd: int, max_tokens: int) -> None:
-    convs = list(range(2 * st.clients))
+async def multi_turn(c: httpx.AsyncClient, model: str, st: Stats, rnd: int, max_tokens: int,
+                     size: int | None = None) -> None:
+    n = size or 2 * st.clients
+    convs = list(range(rnd * n, rnd * n + n))
 
     async def client() -> None:
         while convs:
@@ -130,7 +134,8 @@ WORKLOADS = {"short-shared": short_shared, "multi-turn": multi_turn}
 
 
 def run_level(kinds: list[str], workload: str, n: int, rounds: int, max_tokens: int, log: Path,
-              ) -> dict[str, list[Stats]]:
+              size: int | None = None) -> dict[str, list[Stats]]:
+    """`size`: requests (short-shared) or conversations (multi-turn) a round, instead of the default."""
     out: dict[str, list[Stats]] = {k: [] for k in kinds}
     with contextlib.ExitStack() as stack:
         urls = {k: stack.enter_context(server(k, n, log)) for k in kinds}
@@ -138,7 +143,7 @@ def run_level(kinds: list[str], workload: str, n: int, rounds: int, max_tokens: 
         for r in range(rounds):
             for kind in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
                 st = Stats(kind, n)
-                asyncio.run(_timed(urls[kind], models[kind], st, workload, r, max_tokens))
+                asyncio.run(_timed(urls[kind], models[kind], st, workload, r, max_tokens, size))
                 out[kind].append(st)
                 share = st.cached_tokens / st.prompt_tokens if st.prompt_tokens else 0.0
                 print(f"{workload} {kind} x{n} round {r + 1}: {st.tps:.1f} tok/s, TTFT p50 "
@@ -147,12 +152,13 @@ def run_level(kinds: list[str], workload: str, n: int, rounds: int, max_tokens: 
     return out
 
 
-async def _timed(url: str, model: str, st: Stats, workload: str, rnd: int, max_tokens: int) -> None:
+async def _timed(url: str, model: str, st: Stats, workload: str, rnd: int, max_tokens: int,
+                 size: int | None) -> None:
     limits = httpx.Limits(max_connections=st.clients + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
         await turn(c, model, [{"role": "user", "content": "Warm-up. Say hello."}], 4, Stats("warmup", 1))
         t0 = time.perf_counter()
-        await WORKLOADS[workload](c, model, st, rnd, max_tokens)
+        await WORKLOADS[workload](c, model, st, rnd, max_tokens, size)
         st.wall = time.perf_counter() - t0
 
 
@@ -181,6 +187,9 @@ def main() -> None:
     ap.add_argument("--levels", default="1,16")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-round", type=int, default=None,
+                    help="requests (short-shared) or conversations (multi-turn) a round; 1 at one client "
+                         "alternates the servers conversation by conversation")
     ap.add_argument("--workloads", default="short-shared,multi-turn")
     ap.add_argument("--servers", default="sluicegate,llama-server")
     ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
@@ -192,7 +201,8 @@ def main() -> None:
     for workload in args.workloads.split(","):
         runs: dict[tuple[str, int], list[Stats]] = {}
         for n in levels:
-            for kind, sts in run_level(kinds, workload, n, args.rounds, args.max_tokens, args.log).items():
+            for kind, sts in run_level(kinds, workload, n, args.rounds, args.max_tokens, args.log,
+                                       args.per_round).items():
                 runs[(kind, n)] = sts
         tables.append(table(workload, runs, kinds, levels))
     cmd = " ".join(["bench/multiturn.py", *sys.argv[1:]])
