@@ -19,6 +19,11 @@ class Feed:
         self.seen = 0
         self.now = 0.0
         self.runnable: int | None = 0  # other processes' threads runnable at the instant of asking
+        self.passers: list[int] = []  # looks that see extra threads running by (consumed one per look)
+
+    def look(self) -> int | None:
+        extra = self.passers.pop(0) if self.passers else 0
+        return None if self.runnable is None else self.runnable + extra
 
     def idle(self, seconds: float) -> None:
         self.now += seconds
@@ -33,7 +38,7 @@ class Feed:
 
 def governor(feed: Feed, *, threads: int = 2, cores: int = 2) -> ThreadGovernor:
     return ThreadGovernor(threads, cores=cores, interval_s=0.1, sample=feed.sample, clock=feed.clock,
-                          runnable=lambda: feed.runnable)
+                          runnable=feed.look, sleep=lambda s: None)
 
 
 def settle(gov: ThreadGovernor, picks: int = 20) -> int:
@@ -135,6 +140,29 @@ def test_a_neighbour_that_ran_while_the_server_idled_and_stopped_takes_no_thread
     feed.seen = 0
     assert steps(gov, 5) == 2
     assert gov.changes == 0
+
+
+def test_a_neighbour_that_started_while_the_server_idled_takes_its_thread_at_once() -> None:
+    feed = Feed()
+    gov = governor(feed)
+    assert steps(gov, 5) == 2
+    feed.idle(20.0)
+    feed.seen, feed.runnable = 1, 1  # a CPU-bound process began during the idle spell and runs on
+    assert gov.pick() == 1  # the moving average alone (0.3 of a core after one sample) would keep two
+
+
+def test_a_thread_passing_by_at_the_first_look_is_not_taken_for_a_neighbour() -> None:
+    feed = Feed()
+    gov = governor(feed)
+    steps(gov, 5)
+    feed.idle(20.0)
+    feed.seen, feed.runnable, feed.passers = 2, 0, [1]  # a kernel thread runnable at the first look only
+    assert gov.pick() == 2
+    feed.idle(20.0)
+    gov.done()
+    feed.idle(20.0)
+    feed.passers = [1] * gov.looks  # runnable at every look: a neighbour after all
+    assert gov.pick() == 1
 
 
 def test_the_same_window_without_the_idle_spell_takes_a_thread() -> None:

@@ -15,10 +15,11 @@ streaming client on the same machine) does not make it flap.
 A window that spans an idle spell of this server says what the neighbours did while it had nothing to
 compute, which matters only if they are still at it: another process that ran while this one idled and has
 stopped (a second server that just answered, a build that finished) would otherwise cost the next request its
-prefill on one thread (2x slower: docs/benchmarks.md, "Compute threads after an idle spell"). So the first
-step after an idle spell also looks at the run queue (`runnable_neighbours`): the average is capped at the
-number of other processes' threads runnable at that instant. A CPU-bound neighbour is always runnable and
-keeps its thread; one that has gone is forgotten at once. llama.cpp's thread count does not change any
+prefill on one thread (2x slower: docs/benchmarks.md, "Compute threads after an idle spell"), and one that
+started while it idled would take a few samples to show. So the first step after an idle spell looks at the
+run queue instead (`runnable_neighbours`, up to four looks 2 ms apart, the least kept): the average
+restarts at the number of other processes' threads runnable then. A CPU-bound neighbour is runnable at every
+look and takes its thread at once; one that has gone is forgotten at once. llama.cpp's thread count does not change any
 result: each output element is computed by one thread whatever the split (tested token for token in
 tests/e2e/test_runner_e2e.py).
 
@@ -67,19 +68,26 @@ def _cgroup_quota() -> float | None:
 
 def runnable_neighbours() -> int | None:
     """Other processes' threads runnable at this instant: the kernel's count of runnable threads
-    (/proc/loadavg) minus this process's own (each thread's state in /proc/self/task); None without /proc."""
+    (/proc/loadavg) minus this process's own (each thread's state in /proc/self/task, looked at before and
+    after the count, the larger kept: one of ours that stopped in between is not taken for a neighbour);
+    None without /proc."""
     try:
+        own = _own_runnable()
         with open("/proc/loadavg", "rb") as f:
             running = int(f.read().split()[3].split(b"/")[0])
-        own = 0
-        for task in os.scandir("/proc/self/task"):
-            with contextlib.suppress(OSError):  # a thread that ended between the listing and the read
-                with open(f"{task.path}/stat", "rb") as f:
-                    stat = f.read()
-                own += stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R"
-        return max(0, running - own)
+        return max(0, running - max(own, _own_runnable()))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _own_runnable() -> int:
+    own = 0
+    for task in os.scandir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that ended between the listing and the read
+            with open(f"{task.path}/stat", "rb") as f:
+                stat = f.read()
+            own += stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R"
+    return own
 
 
 class NeighbourLoad:
@@ -128,25 +136,41 @@ class ThreadGovernor:
     One thread is given up as soon as the average says a neighbour holds a core (>= `down_at` of one); it is
     taken back only once the average has fallen below `up_at`, so the count changes at most a few times a
     second and not on every passing burst. `done()` marks the end of a step: a `pick` at least `idle_s` after
-    it starts a busy spell, samples at once and caps the average at `runnable` (the neighbours runnable now).
+    it starts a busy spell, samples at once and restarts the average at the neighbours runnable now
+    (`runnable`, the least of up to `looks` looks).
     """
 
     def __init__(
         self, max_threads: int, *, cores: int | None = None, interval_s: float = 0.25, weight: float = 0.3,
-        down_at: float = 0.5, up_at: float = 0.2, idle_s: float = 0.1,
+        down_at: float = 0.5, up_at: float = 0.2, idle_s: float = 0.1, looks: int = 4, look_gap_s: float = 0.002,
         sample: Callable[[], float | None] | None = None, runnable: Callable[[], int | None] = runnable_neighbours,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.max_threads = max(1, max_threads)
         self.cores = cores if cores is not None else usable_cores()
         self.interval_s, self.weight, self.down_at, self.up_at = interval_s, weight, down_at, up_at
-        self.idle_s = idle_s
+        self.idle_s, self.looks, self.look_gap_s = idle_s, looks, look_gap_s
         self._sample, self._runnable, self._clock = sample or NeighbourLoad(clock), runnable, clock
+        self._sleep = sleep
         self._next = 0.0
         self._ended: float | None = None  # when the last step ended (`done`), until the next pick
         self.busy = 0.0  # smoothed runnable neighbours
         self.threads = self.max_threads
         self.changes = 0  # how often the count changed (metrics, tests)
+
+    def _still_running(self) -> int | None:
+        """Other processes' threads runnable now, the least of up to `looks` looks `look_gap_s` apart (a look
+        that finds none ends it at once): a kernel thread, or a process finishing its last write, is runnable
+        for microseconds, a CPU-bound neighbour at every look (seen here: one look in ten after an answer found
+        such a passer-by)."""
+        running = self._runnable()
+        for _ in range(self.looks - 1):
+            if not running:
+                break
+            self._sleep(self.look_gap_s)
+            again = self._runnable()
+            running = None if again is None else min(running, again)
+        return running
 
     def done(self) -> None:
         """The step picked for has ended: the time until the next `pick` is idle."""
@@ -164,8 +188,8 @@ class ThreadGovernor:
         if seen is None:
             return self.threads
         self.busy += self.weight * (seen - self.busy)
-        if resumed and (running := self._runnable()) is not None:
-            self.busy = min(self.busy, float(running))  # what ran while this server idled, only if it still runs
+        if resumed and (running := self._still_running()) is not None:
+            self.busy = float(running)  # the window spanned an idle spell: what runs now is what counts
         # Neighbours that hold a core each, rounded with hysteresis: a fractional average between up_at and
         # down_at keeps the previous decision.
         held = math.floor(self.busy) + (1 if self.busy - math.floor(self.busy) >= self.down_at else 0)
