@@ -24,7 +24,7 @@ OFF = SchedulerConfig(speculative_auto=0)
 
 
 def test_the_bar_a_draft_must_clear_grows_with_the_rows_sharing_the_step() -> None:
-    policy = DraftPolicy(8, row_cost=0.5)
+    policy = DraftPolicy(8, row_cost=0.5, margin=1.0)
     assert policy.bar(1) == pytest.approx(0.5)
     assert policy.bar(2) == pytest.approx(2 / 3)
     assert policy.bar(8) == pytest.approx(4 / 4.5)
@@ -32,10 +32,11 @@ def test_the_bar_a_draft_must_clear_grows_with_the_rows_sharing_the_step() -> No
     assert policy.how_many(0.9, policy.bar(1), 3) == 3  # capped by the room
     assert policy.how_many(0.45, policy.bar(1), 8) == 0
     assert DraftPolicy(2).how_many(1.0, 0.5, 8) == 2  # capped by k_max
+    assert DraftPolicy(8, row_cost=0.5).bar(1) == pytest.approx(0.6)  # by default a fifth more than break-even
 
 
 def test_the_row_cost_is_measured_from_decode_steps() -> None:
-    policy = DraftPolicy(8, row_cost=0.5, weight=0.5, relax=0.0)
+    policy = DraftPolicy(8, row_cost=0.5, weight=0.5, relax=0.0, margin=1.0)
     policy.observe_step(2, 0.030)  # no lone step timed yet: nothing to measure a row against
     assert policy.cost == 0.5
     policy.observe_step(1, 0.010)

@@ -72,8 +72,9 @@ class DraftPolicy:
     row adds as a share of it; both are measured from the steps that carry decode tokens only (`observe_step`;
     `c` starts at `row_cost`). The step yields B tokens, so a draft row pays when the chance that it is kept is
     at least `c * B / (1 + c * (B - 1))` (the tokens a row of the step yields now): at one sequence that is `c`,
-    at eight about 0.9 with `c` = 0.5. Drafts are kept as a prefix, so the i-th draft is kept with chance p^i,
-    p the sequence's per-token agreement rate; drafts are fed while p^i is over the bar.
+    at four 0.8 with `c` = 0.5; the bar asks `margin` (1.2) times that. Drafts are kept as a prefix, so the i-th
+    draft is kept with chance p^i, p the sequence's per-token agreement rate; drafts are fed while p^i is over
+    the bar.
 
     p is learnt from every decode step of a greedy sequence, drafted or not: a proposal that was not fed is
     checked against the token the model chose (`observe`), so a sequence whose drafts are never fed still
@@ -84,11 +85,11 @@ class DraftPolicy:
 
     def __init__(
         self, k_max: int, *, row_cost: float = 0.5, weight: float = 0.05, relax: float = 0.01, prior: float = 4.0,
-        decay: float = 0.995,
+        decay: float = 0.995, margin: float = 1.2,
     ) -> None:
         self.k_max = k_max
         self.row_cost = row_cost  # c before any step with several decode rows was timed, and what it relaxes to
-        self.weight, self.relax, self.prior, self.decay = weight, relax, prior, decay
+        self.weight, self.relax, self.prior, self.decay, self.margin = weight, relax, prior, decay, margin
         self.lone_s: float | None = None  # a one-row decode step (exponentially weighted average)
         self.row_s: float | None = None  # what each further decode row adds
         self._rates: dict[int, list[float]] = {}  # n-gram length -> [kept, refused] draft tokens, decaying
@@ -119,9 +120,11 @@ class DraftPolicy:
         return self.row_cost
 
     def bar(self, decoding: int) -> float:
-        """The chance a draft row must have of being kept to pay, in a step of `decoding` decode rows."""
+        """The chance a draft row must have of being kept to pay, in a step of `decoding` decode rows, times
+        `margin`: the rate and the cost are both estimates, and a draft expected to return barely its cost is
+        as likely to lose as to win."""
         c = self.cost
-        return c * decoding / (1.0 + c * (decoding - 1))
+        return self.margin * c * decoding / (1.0 + c * (decoding - 1))
 
     def rate(self, n: int, record: DraftRecord) -> float:
         """p: the chance the sequence's next draft token is kept, for a match of n tokens."""
