@@ -294,8 +294,9 @@ class Engine:
             sampled = self._forward(out) if out.chunks else ([], {})
             done = time.monotonic()
             drafting = self.scheduler.drafting
-            if drafting is not None and out.chunks and all(c.start_pos >= c.seq.prompt_len for c in out.chunks):
-                drafting.observe_step(sum(len(c.token_ids) for c in out.chunks), done - began)  # decode rows only
+            if drafting is not None and out.chunks:
+                decode_only = all(c.start_pos >= c.seq.prompt_len for c in out.chunks)
+                drafting.observe_step(sum(len(c.token_ids) for c in out.chunks) if decode_only else 0, done - began)
             results = self.scheduler.update(out, sampled[0], done)
             agreed = self._settle_drafts(out, sampled[0]) if any(c.n_draft for c in out.chunks) else 0
             # the forecast's rate is of useful tokens: refused drafts are work, not progress

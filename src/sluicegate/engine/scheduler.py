@@ -188,16 +188,26 @@ class Scheduler:
         # adaptive drafts only in a step that prefills nothing: a prompt's rows are worth more than a guess
         prefilling = len(decoding) < len(runnable) or (self.waiting and self.slots.n_free > 0)
         bar = self.drafting.bar(len(decoding)) if self.drafting is not None and not prefilling else 1.0
+        planned: list[tuple[Seq, list[int], list[int], int]] = []  # (seq, drafts, proposal, its n-gram length)
+        kept = 0.0  # adaptive drafts: the tokens they are expected to keep
         for seq in decoding:
             proposal: list[int] = []
             n = 0
             if self.config.speculative_ngram > 0:
                 drafts = self._drafts(seq, spare)
             elif bar < _MAX_BAR and (room := self._draft_room(seq, spare)) >= 0:
-                drafts, proposal, n = self._adaptive_drafts(seq, bar, room)
+                drafts, proposal, n, expect = self._adaptive_drafts(seq, bar, room)
+                kept += expect
             else:
                 drafts = []
             spare -= len(drafts)
+            planned.append((seq, drafts, proposal, n))
+        n_drafts = sum(len(d) for _, d, _, _ in planned)
+        if self.drafting is not None and n_drafts and len(decoding) + n_drafts != self.drafting.last_rows and (
+            not self.drafting.worth(len(decoding), n_drafts, kept)
+        ):  # a new shape: the drafts must pay for the graph rebuilds too; their proposals are still checked
+            planned = [(seq, [], proposal, n) for seq, _, proposal, n in planned]
+        for seq, drafts, proposal, n in planned:
             budget -= len(drafts)
             out.chunks.append(Chunk(seq, seq.pending_ids() + drafts, seq.num_computed, True, len(drafts),
                                     tuple(proposal), n))
@@ -249,17 +259,18 @@ class Scheduler:
         cfg = self.config
         return propose(seq.request.prompt_ids + seq.output_ids, k, cfg.prompt_lookup_max, cfg.prompt_lookup_min)
 
-    def _adaptive_drafts(self, seq: Seq, bar: float, room: int) -> tuple[list[int], list[int], int]:
-        """(drafts to feed, the whole proposal, its n-gram length): the policy feeds the part expected to pay
-        and learns from all of it once the step's tokens are known (`update`)."""
+    def _adaptive_drafts(self, seq: Seq, bar: float, room: int) -> tuple[list[int], list[int], int, float]:
+        """(drafts to feed, the whole proposal, its n-gram length, the drafts expected to be kept): the policy
+        feeds the part expected to pay and learns from all of it once the step's tokens are known (`update`)."""
         policy, cfg = self.drafting, self.config
         assert policy is not None
         proposal, n = propose_n(seq.request.prompt_ids + seq.output_ids, policy.k_max, cfg.prompt_lookup_max,
                                 cfg.prompt_lookup_min)
         if not proposal:
-            return [], [], 0
-        k = policy.how_many(policy.rate(n, seq.drafts), bar, min(room, len(proposal)))
-        return proposal[:k], proposal, n
+            return [], [], 0, 0.0
+        p = policy.rate(n, seq.drafts)
+        k = policy.how_many(p, bar, min(room, len(proposal)))
+        return proposal[:k], proposal, n, sum(p ** i for i in range(1, k + 1))
 
     def _add_prefill_chunk(self, seq: Seq, budget: int, out: SchedulerOutput) -> int:
         remaining = seq.prompt_len - seq.num_computed

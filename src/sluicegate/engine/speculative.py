@@ -76,6 +76,14 @@ class DraftPolicy:
     draft is kept with chance p^i, p the sequence's per-token agreement rate; drafts are fed while p^i is over
     the bar.
 
+    A step whose row count differs from the step before costs more again: llama.cpp reuses the previous step's
+    compute graph only for a batch of the same shape, and rebuilds it otherwise (a one-row step right after a
+    two-row one took 2.1-2.7 ms more than one after a one-row step, on a 14-16 ms step). A draft that changes
+    the step's shape pays for two rebuilds (this step's, and the one back), `switch_s`, measured from the
+    one-row steps that follow another shape. So the drafts of a step that changes shape are fed only if their
+    expected kept tokens are worth `margin` times their rows and the two rebuilds together (`worth`): a lone
+    likely draft in a stream of plain steps is not, a run of drafted steps of the same shape is.
+
     p is learnt from every decode step of a greedy sequence, drafted or not: a proposal that was not fed is
     checked against the token the model chose (`observe`), so a sequence whose drafts are never fed still
     learns when they would have been right. It blends the sequence's own record with the engine-wide rate for
@@ -84,33 +92,60 @@ class DraftPolicy:
     """
 
     def __init__(
-        self, k_max: int, *, row_cost: float = 0.5, weight: float = 0.05, relax: float = 0.01, prior: float = 4.0,
-        decay: float = 0.995, margin: float = 1.2,
+        self, k_max: int, *, row_cost: float = 0.5, switch_cost: float = 0.15, weight: float = 0.05,
+        relax: float = 0.01, prior: float = 4.0, decay: float = 0.995, margin: float = 1.2,
     ) -> None:
         self.k_max = k_max
         self.row_cost = row_cost  # c before any step with several decode rows was timed, and what it relaxes to
+        self.switch_cost = switch_cost  # a graph rebuild as a share of a one-row step, before one was timed
         self.weight, self.relax, self.prior, self.decay, self.margin = weight, relax, prior, decay, margin
-        self.lone_s: float | None = None  # a one-row decode step (exponentially weighted average)
+        self.lone_s: float | None = None  # a one-row decode step after another (exponentially weighted average)
         self.row_s: float | None = None  # what each further decode row adds
+        self.switch_s: float | None = None  # what a step of a new shape adds (llama.cpp rebuilds its graph)
+        self.last_rows = 0  # the previous step's decode rows (0: it was not a decode-only step)
+        self.timed = True  # learn the costs from the steps' times (False: keep the priors; tests)
         self._rates: dict[int, list[float]] = {}  # n-gram length -> [kept, refused] draft tokens, decaying
 
     def observe_step(self, rows: int, seconds: float) -> None:
-        """A step that carried `rows` decode tokens (drafts included) and nothing else took `seconds`.
+        """A step took `seconds`: one of `rows` decode tokens (drafts included) and nothing else, or, with
+        `rows` 0, any other step (it only changes the shape the next step is compared with).
 
         Each step moves the averages a little (`weight`), so one step slowed by a neighbour does not decide;
         a further row's cost is capped at 1.5 one-row steps per observation for the same reason. One-row steps
         also pull the row cost back towards `row_cost` (`relax`): at one sequence only drafted steps measure
         it, and an estimate that stopped all drafting would otherwise never be checked again."""
-        w = self.weight
-        if rows == 1:
+        w, changed = self.weight, rows != self.last_rows
+        self.last_rows = rows
+        if not self.timed:
+            return
+        if rows == 1 and (not changed or self.lone_s is None):
             self.lone_s = seconds if self.lone_s is None else self.lone_s + w * (seconds - self.lone_s)
             if self.row_s is not None:
                 self.row_s += self.relax * (self.row_cost * self.lone_s - self.row_s)
+        elif rows == 1 and self.lone_s is not None:
+            extra = min(max(0.0, seconds - self.lone_s), self.lone_s)
+            self.switch_s = extra if self.switch_s is None else self.switch_s + w * (extra - self.switch_s)
         elif rows > 1 and self.lone_s is not None:
-            extra = min(max(0.0, seconds - self.lone_s) / (rows - 1), 1.5 * self.lone_s)
+            rebuilt = self.switch * self.lone_s if changed else 0.0
+            extra = min(max(0.0, seconds - self.lone_s - rebuilt) / (rows - 1), 1.5 * self.lone_s)
             if self.row_s is None:
                 self.row_s = self.row_cost * self.lone_s
             self.row_s += w * (extra - self.row_s)
+
+    @property
+    def switch(self) -> float:
+        """A graph rebuild, as a share of a one-row step."""
+        if self.switch_s is not None and self.lone_s:
+            return self.switch_s / self.lone_s
+        return self.switch_cost
+
+    def worth(self, decoding: int, drafts: int, kept: float) -> bool:
+        """Whether `drafts` draft rows expected to keep `kept` tokens pay in a step of `decoding` decode rows
+        whose shape they change: the kept tokens at the step's rate against the rows and two rebuilds (all in
+        one-row steps)."""
+        c = self.cost
+        per_token = (1.0 + c * (decoding - 1)) / decoding
+        return kept * per_token >= self.margin * (drafts * c + 2.0 * self.switch)
 
     @property
     def cost(self) -> float:
