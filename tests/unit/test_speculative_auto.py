@@ -95,6 +95,9 @@ def test_proposals_fed_or_not_teach_the_rate() -> None:
     policy.observe(3, rec, [5, 6], [5, 6, 4])  # the tokens run past the proposal: no disagreement seen
     assert (rec.hits, rec.misses) == (5, 2)
     assert 0.5 < policy.rate(3, rec) < 5 / 7
+    assert policy.sure_rate(3, rec) < policy.rate(3, rec)
+    sure = DraftRecord(hits=90, misses=10)
+    assert policy.rate(3, sure) - policy.sure_rate(3, sure) < policy.rate(3, rec) - policy.sure_rate(3, rec)
     assert policy.rate(2, DraftRecord()) == pytest.approx(0.5)  # another n-gram length: its own rate
 
 

@@ -268,8 +268,8 @@ class Scheduler:
                                 cfg.prompt_lookup_min)
         if not proposal:
             return [], [], 0, 0.0
+        k = policy.how_many(policy.sure_rate(n, seq.drafts), bar, min(room, len(proposal)))
         p = policy.rate(n, seq.drafts)
-        k = policy.how_many(p, bar, min(room, len(proposal)))
         return proposal[:k], proposal, n, sum(p ** i for i in range(1, k + 1))
 
     def _add_prefill_chunk(self, seq: Seq, budget: int, out: SchedulerOutput) -> int:

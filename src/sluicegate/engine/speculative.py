@@ -18,6 +18,7 @@ is this engine's own (vLLM's and llama.cpp's n-gram drafting have fixed lengths)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -74,7 +75,7 @@ class DraftPolicy:
     at least `c * B / (1 + c * (B - 1))` (the tokens a row of the step yields now): at one sequence that is `c`,
     at four 0.8 with `c` = 0.5; the bar asks `margin` (1.2) times that. Drafts are kept as a prefix, so the i-th
     draft is kept with chance p^i, p the sequence's per-token agreement rate; drafts are fed while p^i is over
-    the bar.
+    the bar, with p taken one standard error low (`sure_rate`).
 
     A step whose row count differs from the step before costs more again: llama.cpp reuses the previous step's
     compute graph only for a batch of the same shape, and rebuilds it otherwise (a one-row step right after a
@@ -166,6 +167,13 @@ class DraftPolicy:
         kept, refused = self._rates.get(n, (1.0, 1.0))
         engine_wide = kept / (kept + refused)
         return (record.hits + self.prior * engine_wide) / (record.hits + record.misses + self.prior)
+
+    def sure_rate(self, n: int, record: DraftRecord) -> float:
+        """p less one standard error of it: what drafts are sized by, so a sequence is drafted on evidence (a
+        reply whose guesses come right four times in ten is not drafted because a few went right)."""
+        p = self.rate(n, record)
+        seen = record.hits + record.misses + self.prior
+        return max(0.0, p - math.sqrt(p * (1.0 - p) / seen))
 
     def how_many(self, p: float, bar: float, cap: int) -> int:
         """Drafts to feed: the largest i <= cap with p^i >= bar."""
