@@ -255,13 +255,16 @@ def cached_tokens(url: str) -> float:
 def server(kind: str, slots: int, log: Path) -> contextlib.AbstractContextManager[str]:
     """`sluicegate` (as shipped), `sluicegate-plain` (--no-flash-attn), `llama-server`,
     `sluicegate-before` (the sources at $SLUICEGATE_BEFORE_SRC, e.g. a worktree of an older commit), or
-    `sluicegate:ARGS` (as shipped with more `serve` arguments, space-separated: `sluicegate:--speculative-ngram=0`)."""
+    `sluicegate:ARGS` (as shipped with more `serve` arguments, space-separated: `sluicegate:--speculative-ngram=0`;
+    a `NAME=VALUE` among them goes into the server's environment instead)."""
     if kind == "llama-server":
         return peer(slots, log)
     if kind == "sluicegate-before":
         return ours(slots, log, src=os.environ["SLUICEGATE_BEFORE_SRC"])
     if kind.startswith("sluicegate:"):
-        return ours(slots, log, *kind.partition(":")[2].split())
+        args = kind.partition(":")[2].split()
+        env = dict(a.split("=", 1) for a in args if not a.startswith("-"))
+        return ours(slots, log, *[a for a in args if a.startswith("-")], env=env)
     return ours(slots, log, *(["--no-flash-attn"] if kind == "sluicegate-plain" else []))
 
 

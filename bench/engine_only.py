@@ -1,6 +1,6 @@
 """The concurrency workload through the engine alone: no HTTP, no client, same runner and scheduler.
 
-    .venv/bin/python bench/engine_only.py [--streams 16] [--max-tokens 128] [--no-flash-attn]
+    .venv/bin/python bench/engine_only.py [--streams 16] [--max-tokens 128] [--no-flash-attn] [--speculative-ngram 0]
 
 `--streams` threads each submit the next of `bench/concurrency.py`'s prompts (greedy, end-of-text banned) to
 an in-process `Engine` as soon as their previous request finishes. Prints tokens/s and how much of the wall
@@ -32,6 +32,7 @@ from bench.concurrency import BANNED_EOS, CTX_PER_SLOT, n_requests, prompt
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 from sluicegate.engine import Engine, EngineRequest, RequestOutput, SamplingParams
+from sluicegate.engine.scheduler import SchedulerConfig
 
 SPENT = {"decode": 0.0, "sample": 0.0}
 
@@ -68,10 +69,14 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--speculative-ngram", default="auto", help="as `serve`'s: auto, or K drafts (0: off)")
     args = ap.parse_args()
+    auto = args.speculative_ngram == "auto"
+    cfg = SchedulerConfig(speculative_ngram=0 if auto else int(args.speculative_ngram),
+                          speculative_auto=SchedulerConfig().speculative_auto if auto else 0)
     runner = TimedRunner(default_model_path(), n_ctx=CTX_PER_SLOT, n_slots=args.streams, n_threads=2,
                          flash_attn=args.flash_attn)
-    engine = Engine(runner)
+    engine = Engine(runner, cfg)
     engine.start()
     work: queue.Queue[list[int]] = queue.Queue()
     n = n_requests(args.streams)
@@ -102,7 +107,8 @@ def main() -> None:
     wall = time.perf_counter() - t
     engine.stop()
     runner.close()
-    print(f"{args.streams} streams, flash attention {'on' if args.flash_attn else 'off'}: "
+    print(f"{args.streams} streams, flash attention {'on' if args.flash_attn else 'off'}, speculative "
+          f"{args.speculative_ngram}: "
           f"{n * args.max_tokens / wall:.1f} tokens/s; forward passes {runner.forward_s:.1f} s "
           f"of {wall:.1f} s wall ({100 * runner.forward_s / wall:.0f}%)")
     model = {"model_name": runner.identity.name}

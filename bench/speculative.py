@@ -6,11 +6,13 @@
 Three of our servers, one slot each, 2 threads, same GGUF: `off` (`--speculative-ngram 0`), `auto` (as shipped:
 adaptive drafts, engine/speculative.py's DraftPolicy), and `spec-K` (`--speculative-ngram K`, `--k`, default 5:
 K drafts whenever a match is found; n-grams of 3 down to 2). One client, streaming `POST /v1/chat/completions`, greedy,
-end-of-text banned (every reply is exactly `--max-tokens` tokens), on two workloads:
+end-of-text banned (every reply is exactly `--max-tokens` tokens), on three workloads (`--workloads`):
 
   repeat   "rewrite / copy / extract from this paragraph": the answer repeats its input, so drafts taken
            from the prompt are often right
   unique   open questions with nothing to copy: drafts come only from the reply's own repetitions
+  filler   bench/concurrency.py's unique prompts ("Write about X." and a paragraph of instructions repeated
+           1-5 times): the prompt repeats itself, the reply does not, so lookups find matches that are wrong
 
 All servers run at once and take turns, `--rounds` times with the first rotating; tokens/s is the median
 round's (generated tokens / wall time), the speed-up the median of per-round ratios against `off`; the
@@ -31,6 +33,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import write_section
 from bench.concurrency import ROUTE, Level, body, closed_loop, model_of, ours, pct
+from bench.concurrency import prompt as filler_prompt
 
 HEADING = "## Speculative decoding (prompt lookup) at 1 client"
 PARAGRAPHS = [
@@ -53,6 +56,8 @@ QUESTIONS = ["Why is the sky blue?", "How do I start playing chess?", "What make
 def prompts(workload: str, n: int, rnd: int) -> list[str]:
     if workload == "repeat":
         return [f"{TASKS[(i + rnd) % len(TASKS)]}\n\n{PARAGRAPHS[i % len(PARAGRAPHS)]}" for i in range(n)]
+    if workload == "filler":
+        return [filler_prompt(i, rnd) for i in range(n)]
     return [f"(round {rnd}) {QUESTIONS[i % len(QUESTIONS)]} Explain in a few sentences." for i in range(n)]
 
 
@@ -122,7 +127,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--requests", type=int, default=6, help="requests per round")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--workloads", default="repeat,unique")
+    ap.add_argument("--workloads", default="repeat,unique,filler")
     ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
     ap.add_argument("--write", action="store_true", help=f"replace docs/benchmarks.md's '{HEADING[3:]}'")
     args = ap.parse_args()
