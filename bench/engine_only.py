@@ -31,6 +31,7 @@ import sluicegate.engine.core as engine_core
 from bench.concurrency import BANNED_EOS, CTX_PER_SLOT, n_requests, prompt
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
+from sluicegate.cli import engine_from_args, speculative
 from sluicegate.engine import Engine, EngineRequest, RequestOutput, SamplingParams
 from sluicegate.engine.scheduler import SchedulerConfig
 
@@ -69,11 +70,12 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--speculative-ngram", default="auto", help="as `serve`'s: auto, or K drafts (0: off)")
+    sc = SchedulerConfig()
+    ap.add_argument("--speculative-ngram", type=speculative, default="auto", help="as `serve`'s: auto, K, or 0")
+    ap.add_argument("--prompt-lookup-max", type=int, default=sc.prompt_lookup_max)
+    ap.add_argument("--prompt-lookup-min", type=int, default=sc.prompt_lookup_min)
     args = ap.parse_args()
-    auto = args.speculative_ngram == "auto"
-    cfg = SchedulerConfig(speculative_ngram=0 if auto else int(args.speculative_ngram),
-                          speculative_auto=SchedulerConfig().speculative_auto if auto else 0)
+    cfg = engine_from_args(args, sc.deadline_admission)  # the engine's knobs exactly as `serve` reads them
     runner = TimedRunner(default_model_path(), n_ctx=CTX_PER_SLOT, n_slots=args.streams, n_threads=2,
                          flash_attn=args.flash_attn)
     engine = Engine(runner, cfg)
