@@ -22,7 +22,7 @@ def make_client(config: Config | None = None, factory: Callable[[], ReferenceRun
     return TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
 
 
-def wait_ready(client: TestClient, timeout: float = 10.0) -> None:
+def wait_ready(client: TestClient, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if client.get("/readyz").status_code == 200:

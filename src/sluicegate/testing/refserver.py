@@ -128,7 +128,7 @@ class RefServer:
 
 
 @contextmanager
-def running(log_dir: Path, *args: str, timeout: float = 30.0) -> Iterator[RefServer]:
+def running(log_dir: Path, *args: str, timeout: float = 120.0) -> Iterator[RefServer]:
     """Start the reference server on a free port, wait until /readyz says 200, stop it afterwards."""
     port = free_port()
     log_path = log_dir / f"refserver-{port}.log"
