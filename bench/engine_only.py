@@ -31,9 +31,11 @@ import sluicegate.engine.core as engine_core
 from bench.concurrency import BANNED_EOS, CTX_PER_SLOT, n_requests, prompt
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
-from sluicegate.cli import engine_from_args, speculative
+from sluicegate.cli.types import speculative
 from sluicegate.engine import Engine, EngineRequest, RequestOutput, SamplingParams
 from sluicegate.engine.scheduler import SchedulerConfig
+from sluicegate.settings import load
+from sluicegate.settings.convert import engine_config
 
 SPENT = {"decode": 0.0, "sample": 0.0}
 
@@ -75,7 +77,9 @@ def main() -> None:
     ap.add_argument("--prompt-lookup-max", type=int, default=sc.prompt_lookup_max)
     ap.add_argument("--prompt-lookup-min", type=int, default=sc.prompt_lookup_min)
     args = ap.parse_args()
-    cfg = engine_from_args(args, sc.deadline_admission)  # the engine's knobs exactly as `serve` reads them
+    # the engine's knobs exactly as `serve` reads them
+    cfg = engine_config(load({"speculative_ngram": args.speculative_ngram, "prompt_lookup_max": args.prompt_lookup_max,
+                              "prompt_lookup_min": args.prompt_lookup_min}).settings)
     runner = TimedRunner(default_model_path(), n_ctx=CTX_PER_SLOT, n_slots=args.streams, n_threads=2,
                          flash_attn=args.flash_attn)
     engine = Engine(runner, cfg)

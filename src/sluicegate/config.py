@@ -202,3 +202,4 @@ class Config:
     # names and addresses on a loopback bind, any host on a wildcard or other bind (DNS rebinding, docs/serving.md)
     allowed_hosts: tuple[str, ...] | None = None
     port: int = 8000  # listen port
+    cors_origins: tuple[str, ...] = ()  # browser origins whose pages may call the server (`*`: any); none by default

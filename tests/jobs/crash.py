@@ -16,7 +16,8 @@ from sluicegate.testing.refserver import RefServer
 from tests.jobs.helpers import jsonl
 
 # each item generates 20 tokens at 30 ms a step: long enough that a kill lands mid-job
-SLOW = ["--step-delay-ms", "30", "--eos-slope", "0", "--slots", "8", "--jobs-lease-s", "2", "--jobs-poll-s", "0.1"]
+SLOW = ["--step-delay-ms", "30", "--eos-slope", "0", "--slots", "8", "--batch-lease-seconds", "2",
+        "--batch-poll-seconds", "0.1"]
 
 
 def submit(url: str, n: int, max_tokens: int = 20) -> str:

@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate import cli, cli_upstream
+from sluicegate.cli import main, parser
+from sluicegate.cli.serve import load_args
 from sluicegate.config import DeadlineConfig, UpstreamConfig, UpstreamModel, UpstreamTarget
+from sluicegate.settings.convert import upstream_config
 from sluicegate.upstream.pool import Endpoint, pick
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    cli._serve_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["serve", *argv])
+    return parser().parse_args(["serve", *argv])
 
 
-def upstream_of(args: argparse.Namespace, name: str) -> UpstreamConfig:
-    """As `serve` calls it: the ladder must fit the parsed --max-timeout."""
-    return cli_upstream.upstream_from_args(args, name, max_timeout_s=args.max_timeout)
+def upstream_of(args: argparse.Namespace, name: str | None) -> UpstreamConfig:
+    """As `serve` builds it: the ladder must fit the --max-timeout in force."""
+    return upstream_config(load_args(args).settings, name)
 
 
 def test_defaults_fit_and_no_upstream_is_the_default() -> None:
@@ -31,7 +31,7 @@ def test_defaults_fit_and_no_upstream_is_the_default() -> None:
 
 
 def test_every_ladder_knob_has_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cli_upstream.KEY_ENV, "from-env")
+    monkeypatch.setenv("SLUICEGATE_UPSTREAM_KEY", "from-env")
     args = parse("--upstream", "http://a:1/v1", "--upstream", "big=http://b:2/v1/", "--no-local-model",
                  "--upstream-version", "big=v3", "--upstream-digest", "big=sha256:" + "ab" * 32,
                  "--upstream-tokenizer", "big=/m/big.gguf", "--upstream-connect-timeout", "1",
@@ -69,7 +69,7 @@ def test_a_configuration_that_cannot_work_is_refused_with_the_numbers(argv: tupl
 
 
 def test_serve_exits_2_with_the_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["serve", "--upstream", "http://a/v1", "--upstream-retries", "100"]) == 2
+    assert main(["serve", "--upstream", "http://a/v1", "--upstream-retries", "100"]) == 2
     assert "does not fit the budget" in capsys.readouterr().err
 
 

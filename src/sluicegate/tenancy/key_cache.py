@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sluicegate.store.db import Store
-from sluicegate.tenancy.keys import KeyRecord, any_keys, find_key, secret_hash, well_formed
+from sluicegate.tenancy.keys import KeyRecord, acceptable, any_keys, find_key, secret_hash
 
 V = TypeVar("V")
 
@@ -65,7 +65,7 @@ class KeyCache:
 
     async def lookup(self, secret: str) -> KeyRecord | None:
         """The key's record (revoked or expired ones too: the caller checks `usable`), or None if unknown."""
-        if not well_formed(secret):
+        if not acceptable(secret):
             return None
         digest = secret_hash(secret)
         now = self._clock()

@@ -10,6 +10,11 @@ find the row by an index, and to let an operator recognise a key in `keys list`)
 single fast hash is the right one: a slow password hash would add latency and no security, since nobody can
 guess such a key. The found row's hash is compared with `hmac.compare_digest`, in constant time.
 
+Imported secrets (`keys create --secret-stdin`): an existing secret clients already hold for another server, of
+`IMPORTED_MIN` to `IMPORTED_MAX` visible ASCII characters. It must be random (a single hash is right only for
+secrets nobody can guess); it is stored the same way, its lookup prefix being `#` and the first 7 hex digits of
+its hash, so it too is found by one indexed query and nothing of it is shown.
+
 Synchronous SQLAlchemy: call from a thread when on the event loop (tenancy/key_cache.py does).
 """
 
@@ -38,6 +43,8 @@ CHECK_CHARS = 6  # 62**6 > 2**32
 KEY_LENGTH = len(PREFIX) + RANDOM_CHARS + CHECK_CHARS
 PREFIX_CHARS = 8  # stored, indexed and shown: 62**8 makes a collision between two keys vanishingly rare
 KEY_PATTERN = re.compile(rf"^{PREFIX}[0-9A-Za-z]{{{RANDOM_CHARS + CHECK_CHARS}}}$")
+IMPORTED_MIN, IMPORTED_MAX = 24, 256  # an imported secret's length, in visible ASCII characters
+_IMPORTED = re.compile(rf"^[\x21-\x7e]{{{IMPORTED_MIN},{IMPORTED_MAX}}}$")
 
 
 class Scope(enum.StrEnum):
@@ -78,12 +85,25 @@ def well_formed(secret: str) -> bool:
     return hmac.compare_digest(_checksum(body), check)
 
 
+def importable(secret: str) -> bool:
+    """A secret from elsewhere that may be imported (and so may be looked up): not one of ours (those carry a
+    checksum), 24 to 256 visible ASCII characters."""
+    return not secret.startswith(PREFIX) and bool(_IMPORTED.match(secret))
+
+
+def acceptable(secret: str) -> bool:
+    """Whether a presented secret is worth a lookup: a well-formed key of ours, or an importable one."""
+    return well_formed(secret) or importable(secret)
+
+
 def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("ascii")).hexdigest()
 
 
 def lookup_prefix(secret: str) -> str:
-    return secret[len(PREFIX):len(PREFIX) + PREFIX_CHARS]
+    if secret.startswith(PREFIX):
+        return secret[len(PREFIX):len(PREFIX) + PREFIX_CHARS]
+    return "#" + secret_hash(secret)[:PREFIX_CHARS - 1]
 
 
 def new_key_id() -> str:
@@ -122,7 +142,8 @@ class KeyRecord:
 
     @property
     def display_prefix(self) -> str:
-        return f"{PREFIX}{self.prefix}"
+        """How `keys list` shows the key: its lookup prefix (an imported one's: `imported#` and hash digits)."""
+        return f"imported{self.prefix}" if self.prefix.startswith("#") else f"{PREFIX}{self.prefix}"
 
     def state(self, now: dt.datetime | None = None) -> str:
         """`active`, `revoked` or `expired`."""
@@ -148,8 +169,10 @@ def create_key(
     tpm: int | None = None,
     burst: int | None = None,
     expires_in: dt.timedelta | None = None,
+    secret: str | None = None,
 ) -> tuple[KeyRecord, str]:
-    """Create a key; returns its record and the secret, which exists nowhere else from now on."""
+    """Create a key; returns its record and the secret, which exists nowhere else from now on. `secret`: import
+    this one (a sluicegate key, or an importable one) instead of making one; one already stored is refused."""
     if not name or len(name) > 200:
         raise ValueError("a key's name is 1 to 200 characters")
     for label, value in (("tpm", tpm), ("burst", burst)):
@@ -160,7 +183,12 @@ def create_key(
     scope_set = frozenset(Scope(s) for s in scopes)
     if not scope_set:
         raise ValueError("a key needs at least one scope")
-    secret = new_secret()
+    if secret is not None and not acceptable(secret):
+        raise ValueError(f"the secret to import is neither a sluicegate key ({PREFIX}..., its checksum intact) nor "
+                         f"{IMPORTED_MIN} to {IMPORTED_MAX} visible ASCII characters")
+    if secret is not None and find_key(store, secret) is not None:
+        raise ValueError("that secret is already a key in this store")
+    secret = secret if secret is not None else new_secret()
     now = _now()
     row = ApiKey(
         id=new_key_id(), name=name, prefix=lookup_prefix(secret), secret_hash=secret_hash(secret),
@@ -174,7 +202,7 @@ def create_key(
 
 def find_key(store: Store, secret: str) -> KeyRecord | None:
     """The key this secret belongs to (revoked and expired ones too), or None. Malformed: None, no query."""
-    if not well_formed(secret):
+    if not acceptable(secret):
         return None
     digest = secret_hash(secret)
     with store.session() as s:
@@ -212,6 +240,25 @@ def any_keys(store: Store) -> bool:
         return bool(s.scalar(select(exists().where(ApiKey.id.is_not(None)))))
 
 
-__all__ = ["ALL_SCOPES", "DEFAULT_SCOPES", "KEY_LENGTH", "KEY_PATTERN", "PREFIX", "KeyRecord", "Scope", "any_keys",
-           "create_key", "find_key", "get_key", "list_keys", "lookup_prefix", "new_secret", "parse_scopes",
-           "revoke_key", "secret_hash", "well_formed"]
+__all__ = [
+    "ALL_SCOPES",
+    "DEFAULT_SCOPES",
+    "KEY_LENGTH",
+    "KEY_PATTERN",
+    "PREFIX",
+    "KeyRecord",
+    "Scope",
+    "acceptable",
+    "any_keys",
+    "create_key",
+    "find_key",
+    "get_key",
+    "importable",
+    "list_keys",
+    "lookup_prefix",
+    "new_secret",
+    "parse_scopes",
+    "revoke_key",
+    "secret_hash",
+    "well_formed",
+]

@@ -1,10 +1,11 @@
 """The app on the tiny reference backend, served by uvicorn on 127.0.0.1: for socket tests and benchmarks.
 
-    python -m sluicegate.testing.refserver --port 8123 [--max-body-bytes N] [--ctx 512] [--database-url URL]
-        [--redis-url URL] [--idempotency-ttl-hours H] [--step-delay-ms MS] [--eos-slope X]
-        [--jobs-lease-s S] [--jobs-worker-slots N] [--jobs-poll-s S]
-        [--upstream [NAME=]URL --no-local-model ...]  (serve's upstream flags; the reference tokenizer)
-        [--drain-seconds S] [the connection flags of `serve`: --header-timeout S, ...] [--plain-http]
+    python -m sluicegate.testing.refserver --port 8123 [every `serve` setting: --database-url URL,
+        --redis-url URL, --batch-lease-seconds S, --upstream [NAME=]URL, --log-format json, ...]
+        [--step-delay-ms MS] [--eos-slope X] [--plain-http]
+
+Its own defaults differ from serve's where a test wants it: a 512-token window, 8 slots, warnings only, and
+(without --database-url) a private in-memory store instead of the data directory's.
 
 `running()` starts it as a subprocess on a free port and waits for readiness; the CLI's `serve` serves only
 llama.cpp, and the reference backend needs no model file.
@@ -13,7 +14,6 @@ llama.cpp, and the reference backend needs no model file.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import socket
 import subprocess
@@ -30,60 +30,43 @@ import httpx
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.reference import ReferenceRunner
 
+DEFAULTS = {"ctx": 512, "slots": 8, "log_level": "warning"}  # below the flags, the environment and the file
+
 
 def main(argv: list[str] | None = None) -> int:
-    from sluicegate import cli_upstream
     from sluicegate.api.app import create_app
     from sluicegate.api.server.run import serve_app
-    from sluicegate.cli import add_connection_args, connections_from_args
-    from sluicegate.config import Config, DeadlineConfig, IdempotencyConfig, JobsConfig, LimitsConfig, RateLimitConfig
+    from sluicegate.cli.options import add_config_arg, add_settings_args, given
+    from sluicegate.settings import SettingsError, load, to_config
+    from sluicegate.telemetry.logs import setup_logging
 
     p = argparse.ArgumentParser(prog="refserver", description=__doc__)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--ctx", type=int, default=512)
-    p.add_argument("--slots", type=int, default=8)
-    p.add_argument("--max-body-bytes", type=int, default=LimitsConfig().max_body_bytes)
-    p.add_argument("--database-url", default=None,
-                   help="the store (keys, usage), migrated to head here; default: a private in-memory one")
-    p.add_argument("--redis-url", default=None, help="rate-limit buckets in Redis (as serve --redis-url)")
-    p.add_argument("--idempotency-ttl-hours", type=float, default=IdempotencyConfig().ttl_hours)
+    add_config_arg(p)
+    add_settings_args(p)  # serve's own settings, from flags, SLUICEGATE_* and the file alike
     p.add_argument("--step-delay-ms", type=float, default=0.0, help="sleep this long in every engine step")
     p.add_argument("--eos-slope", type=float, default=0.02, help="0: generations run to their max_new_tokens")
-    p.add_argument("--jobs-lease-s", type=float, default=JobsConfig().lease_s, help="batch item lease")
-    p.add_argument("--jobs-worker-slots", type=int, default=None, help="batch items run at once")
-    p.add_argument("--jobs-poll-s", type=float, default=JobsConfig().poll_s, help="idle batch worker's poll")
-    p.add_argument("--drain-seconds", type=float, default=LimitsConfig().drain_s)
-    add_connection_args(p)
     p.add_argument("--plain-http", action="store_true",
                    help="uvicorn's own httptools protocol, without the connection limits (benchmarks only)")
-    p.add_argument("--log-level", default="warning")
-    cli_upstream.add_upstream_args(p)  # --upstream [NAME=]URL: front another server (tokenizer: the reference's)
     args = p.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    upstream = cli_upstream.upstream_from_args(args, "reference", max_timeout_s=DeadlineConfig().max_timeout_s)
-    config = Config(upstream=upstream,
-                    limits=LimitsConfig(max_body_bytes=args.max_body_bytes, drain_s=args.drain_seconds),
-                    connections=connections_from_args(args),
-                    ratelimit=RateLimitConfig(redis_url=args.redis_url),
-                    idempotency=IdempotencyConfig(ttl_hours=args.idempotency_ttl_hours),
-                    jobs=JobsConfig(lease_s=args.jobs_lease_s, worker_slots=args.jobs_worker_slots,
-                                    poll_s=args.jobs_poll_s),
-                    host=args.host, port=args.port)
+    try:
+        s = load(given(args), args.config, defaults=DEFAULTS).settings
+        config = to_config(s, default_name="reference")
+    except (SettingsError, ValueError) as exc:
+        print(f"refserver: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(s.log_level, s.log_format)
     store = None
-    if args.database_url:
+    if s.database_url:  # else a private in-memory store
         from sluicegate.store.db import Store
         from sluicegate.store.migrate import upgrade_engine
 
-        store = Store.open(args.database_url)
+        store = Store.open(s.database_url)
         upgrade_engine(store.engine)
     delay = args.step_delay_ms / 1e3
-    app = create_app(config, lambda: DelayedRunner(delay, n_ctx=args.ctx, n_slots=args.slots,
-                                                   eos_slope=args.eos_slope), store=store)
+    app = create_app(config, lambda: DelayedRunner(delay, n_ctx=s.ctx, n_slots=s.slots, eos_slope=args.eos_slope),
+                     store=store)
     try:
-        serve_app(app, app.state.sluicegate, log_level=args.log_level, plain=args.plain_http)
+        serve_app(app, app.state.sluicegate, log_level=s.log_level, plain=args.plain_http)
     finally:
         if store is not None:
             store.close()

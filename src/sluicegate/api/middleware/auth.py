@@ -29,7 +29,7 @@ from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.serving.errors import ApiError
-from sluicegate.tenancy.keys import ALL_SCOPES, KEY_LENGTH, PREFIX, KeyRecord, well_formed
+from sluicegate.tenancy.keys import ALL_SCOPES, KEY_LENGTH, PREFIX, KeyRecord, acceptable
 from sluicegate.tenancy.keys import Scope as KeyScope
 
 if TYPE_CHECKING:
@@ -198,9 +198,10 @@ class AuthMiddleware:
             got = credentials(scope)
             if isinstance(got, ApiError):
                 return got
-            if not well_formed(got):
+            if not acceptable(got):
                 return _invalid("malformed_api_key", f"the API key is malformed: a sluicegate key is {PREFIX} "
-                                f"and {KEY_LENGTH - len(PREFIX)} letters and digits, the last 6 a checksum")
+                                f"and {KEY_LENGTH - len(PREFIX)} letters and digits, the last 6 a checksum (an "
+                                "imported one: 24 to 256 visible characters)")
             record = await keys.lookup(got)
         except Exception:
             log.exception("%s the key store could not be read", ctx.request_id)

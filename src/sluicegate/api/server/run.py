@@ -69,7 +69,9 @@ def uvicorn_config(app: ASGIApp, config: Config, *, log_level: str = "info", pla
     if not plain:
         http = protocol_class(conn, connection_budget(conn, raise_fd_limit()))
     return uvicorn.Config(
-        app, host=config.host, port=config.port, log_level=log_level, access_log=False, http=http, ws="none",
+        # log_config None: uvicorn's lines go through the process's own handler and format (text or JSON)
+        app, host=config.host, port=config.port, log_level=log_level, log_config=None, access_log=False, http=http,
+        ws="none",
         timeout_keep_alive=max(1, math.ceil(conn.keepalive_s)), timeout_graceful_shutdown=SHUTDOWN_S,
     )
 

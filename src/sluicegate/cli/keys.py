@@ -1,8 +1,10 @@
 """`sluicegate keys create | list | revoke` and `sluicegate db upgrade`: the store from the command line.
 
-Every command takes `--database-url URL` (any SQLAlchemy URL) or `--data-dir DIR` (the SQLite file there,
-default `./.sluicegate`), like `serve`. On SQLite they migrate the file themselves; on any other database they
-refuse a schema that is not at the code's head and name the command that upgrades it.
+Each reads the store's settings as `serve` does (`--database-url`, `--data-dir`, `--config FILE`, the
+`SLUICEGATE_*` variables), says on stderr which store it uses, and refuses to list or revoke in a SQLite store
+that does not exist (a command run from another directory would otherwise create an empty one silently). On
+SQLite they migrate the file themselves; on any other database they refuse a schema that is not at the code's
+head and name the command that upgrades it.
 """
 
 from __future__ import annotations
@@ -14,20 +16,21 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluicegate.cli import types as ct
+from sluicegate.cli.options import add_config_arg, add_settings_args, given
 from sluicegate.config import StoreConfig
+from sluicegate.settings import SettingsError, load
 
 if TYPE_CHECKING:
     from sluicegate.store.db import Store
 
 log = logging.getLogger("sluicegate")
+SCOPES = ["generate", "batch", "admin", "metrics"]
 
 
 def add_store_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--database-url", default=None, metavar="URL",
-                   help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://user@host/db or sqlite:///FILE "
-                        "(default: the SQLite file under --data-dir)")
-    p.add_argument("--data-dir", type=Path, default=StoreConfig().data_dir, metavar="DIR",
-                   help="directory of the default SQLite store (created on demand; default ./.sluicegate)")
+    add_config_arg(p)
+    add_settings_args(p, only=("database_url", "data_dir"))
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,13 +38,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     ksub = keys.add_subparsers(dest="keys_command", required=True)
     create = ksub.add_parser("create", help="create a key; its secret is the last line of the output")
     create.add_argument("--name", required=True, help="what the key is for (shown by keys list)")
-    create.add_argument("--scope", action="append", dest="scopes", metavar="SCOPE",
-                        choices=["generate", "batch", "admin", "metrics"],
+    create.add_argument("--scope", action="append", dest="scopes", metavar="SCOPE", choices=SCOPES,
                         help="generate, batch, admin or metrics; repeat for several (default: generate)")
-    create.add_argument("--tpm", type=_positive_int, default=None, help="sustained tokens per minute")
-    create.add_argument("--burst", type=_positive_int, default=None, help="token bucket capacity")
-    create.add_argument("--expires-in", type=_positive_float, default=None, metavar="DAYS",
+    create.add_argument("--tpm", type=ct.positive_int, default=None, help="sustained tokens per minute")
+    create.add_argument("--burst", type=ct.positive_int, default=None, help="token bucket capacity")
+    create.add_argument("--expires-in", type=ct.positive_days, default=None, metavar="DAYS",
                         help="the key stops working after this many days (default: never)")
+    create.add_argument("--secret-stdin", action="store_true",
+                        help="import an existing secret, read from the first line of standard input, instead of "
+                             "making one (a sluicegate key, or any other random secret of 24 to 256 visible "
+                             "characters, e.g. one clients already hold for another server)")
     add_store_args(create)
     listing = ksub.add_parser("list", help="every key, one a line, its ID first (never the secret)")
     add_store_args(listing)
@@ -67,7 +73,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve_store(args: argparse.Namespace) -> tuple[Store | None, str | None]:
+def serve_store(cfg: StoreConfig, *, host: str, insecure_no_auth: bool) -> tuple[Store | None, str | None]:
     """The store `serve` will use, migrated on SQLite; or why it cannot start (with the command that fixes it).
 
     Without a key in the store auth is off, so the server then binds only to loopback unless told
@@ -78,7 +84,7 @@ def serve_store(args: argparse.Namespace) -> tuple[Store | None, str | None]:
     from sluicegate.store.migrate import ensure_current, schema_state
     from sluicegate.tenancy.keys import any_keys
 
-    url = resolve_url(args.database_url, args.data_dir)
+    url = resolve_url(cfg.database_url, cfg.data_dir)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its per-connection chatter; upgrades are logged here
     store = Store.open(url)
     try:
@@ -98,34 +104,20 @@ def serve_store(args: argparse.Namespace) -> tuple[Store | None, str | None]:
     shown = display_url(url)
     if keyed:
         log.info("store %s: API keys are required", shown)
-        if args.insecure_no_auth:
+        if insecure_no_auth:
             log.warning("--insecure-no-auth has no effect: the store holds API keys, so every request needs one")
-    elif is_loopback(args.host):
+    elif is_loopback(host):
         log.info("store %s holds no API key: auth is off (loopback only) until one is created with "
                  "`sluicegate keys create`", shown)
-    elif args.insecure_no_auth:
+    elif insecure_no_auth:
         log.warning("--insecure-no-auth: serving on %s WITHOUT authentication; anyone who reaches the port may "
-                    "use everything (auth turns on once the store holds a key)", args.host)
+                    "use everything (auth turns on once the store holds a key)", host)
     else:
         store.close()
-        return None, (f"the store {shown} holds no API key, so serving on {args.host} would let anyone use "
+        return None, (f"the store {shown} holds no API key, so serving on {host} would let anyone use "
                       "everything. Create a key first (sluicegate keys create --name NAME), serve on 127.0.0.1, "
                       "or pass --insecure-no-auth")
     return store, None
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number")
-    return value
 
 
 def _fail(message: str) -> int:
@@ -137,12 +129,35 @@ def _when(value: dt.datetime | None, none: str = "never") -> str:
     return none if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _sqlite_file(url: str) -> Path | None:
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    return Path(u.database) if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:") else None
+
+
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from sluicegate.store.db import Store, display_url, resolve_url
 
-    url = resolve_url(args.database_url, args.data_dir)
+    try:
+        s = load(given(args), args.config).settings
+    except SettingsError as exc:
+        return _fail(str(exc))
+    secret = None
+    if args.command == "keys" and args.keys_command == "create" and args.secret_stdin:
+        secret = sys.stdin.readline().strip()
+        if not secret:
+            return _fail("--secret-stdin: standard input holds no secret")
+    url = resolve_url(s.database_url, s.data_dir)
+    file = _sqlite_file(url)
+    creating = args.command == "db" or args.keys_command == "create"
+    if file is not None and not file.exists() and not creating:
+        return _fail(f"no store at {file}: no key was ever created there. `serve` and `keys` must name the same "
+                     "store (--data-dir, --database-url, or the same --config file)")
+    print(f"store: {display_url(url)}" + (" (new)" if file is not None and not file.exists() else ""),
+          file=sys.stderr)
     try:
         if args.command == "db":
             return _db_upgrade(url)
@@ -151,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
             refusal = _ready(store, url)
             if refusal is not None:
                 return _fail(refusal)
-            return _keys(store, args)
+            return _keys(store, args, secret)
         finally:
             store.close()
     except SQLAlchemyError as exc:
@@ -181,22 +196,25 @@ def _db_upgrade(url: str) -> int:
     return 0
 
 
-def _keys(store: Store, args: argparse.Namespace) -> int:
+def _keys(store: Store, args: argparse.Namespace, secret: str | None) -> int:
     from sluicegate.tenancy import keys
 
     if args.keys_command == "create":
         expires = None if args.expires_in is None else dt.timedelta(days=args.expires_in)
         try:
             scopes = keys.parse_scopes(args.scopes or ["generate"])
-            record, secret = keys.create_key(store, args.name, scopes, tpm=args.tpm, burst=args.burst,
-                                             expires_in=expires)
+            record, made = keys.create_key(store, args.name, scopes, tpm=args.tpm, burst=args.burst,
+                                           expires_in=expires, secret=secret)
         except ValueError as exc:
             return _fail(str(exc))
         print(f"created {record.id} ({record.name}): scopes {','.join(sorted(record.scopes))}, "
               f"tpm {record.tpm or 'default'}, burst {record.burst or 'default'}, "
               f"expires {_when(record.expires_at)}")
+        if secret is not None:
+            print("the secret was read from standard input and is stored only as a hash")
+            return 0
         print("the secret follows; it is shown this once and stored only as a hash:")
-        print(secret)
+        print(made)
         return 0
     if args.keys_command == "list":
         for r in keys.list_keys(store):

@@ -1,5 +1,5 @@
 """`sluicegate jobs submit | watch | results | cancel`: an HTTP client of a running server (unlike `keys`, which
-works on the store); and `serve`'s batch flags.
+works on the store).
 
     sluicegate jobs submit FILE.jsonl [--watch]    # prints the job's id
     sluicegate jobs watch ID                        # done/total, rate, ETA, until the job ends
@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from sluicegate.config import JobsConfig
+from sluicegate.cli.types import positive_seconds
 
 SEED = "/v1/batch-predictions"
 FINAL = {"succeeded", "failed", "cancelled", "completed", "expired"}
@@ -33,37 +33,6 @@ FINAL = {"succeeded", "failed", "cancelled", "completed", "expired"}
 
 class JobsError(Exception):
     pass
-
-
-def add_serve_args(p: argparse.ArgumentParser) -> None:
-    """`serve`'s batch flags: one per JobsConfig field."""
-    j = JobsConfig()
-    p.add_argument("--batch-max-items", type=int, default=j.max_items_per_job,
-                   help="requests one batch job may hold (per API key)")
-    p.add_argument("--batch-max-file-bytes", type=int, default=j.max_file_bytes,
-                   help="one uploaded batch file or JSONL body, in bytes (streamed; the JSON limit is apart)")
-    p.add_argument("--batch-max-concurrent-jobs", type=int, default=j.max_concurrent_jobs,
-                   help="unfinished batch jobs one API key may have")
-    p.add_argument("--batch-max-enqueued-tokens", type=int, default=j.max_enqueued_tokens,
-                   help="estimated tokens of one API key's unfinished batch jobs")
-    p.add_argument("--batch-worker-slots", type=int, default=j.worker_slots,
-                   help="batch items this process runs at once (default: a quarter of --slots)")
-    p.add_argument("--batch-lease-seconds", type=float, default=j.lease_s,
-                   help="a batch item's lease: a dead replica's items are taken over after it")
-    p.add_argument("--batch-poll-seconds", type=float, default=j.poll_s,
-                   help="how often a batch worker looks for items it was not woken for; idle, it backs off to 8x")
-    p.add_argument("--batch-file-ttl-hours", type=float, default=j.file_ttl_hours,
-                   help="uploaded batch files expire after this (default: kept until deleted)")
-    p.add_argument("--batch-output-ttl-hours", type=float, default=j.output_ttl_hours,
-                   help="a batch job's output and error files expire after this")
-
-
-def config_from_args(args: argparse.Namespace) -> JobsConfig:
-    return JobsConfig(
-        max_items_per_job=args.batch_max_items, max_file_bytes=args.batch_max_file_bytes,
-        max_concurrent_jobs=args.batch_max_concurrent_jobs, max_enqueued_tokens=args.batch_max_enqueued_tokens,
-        worker_slots=args.batch_worker_slots, lease_s=args.batch_lease_seconds, poll_s=args.batch_poll_seconds,
-        file_ttl_hours=args.batch_file_ttl_hours, output_ttl_hours=args.batch_output_ttl_hours)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,7 +53,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p.add_argument("--url", default=os.environ.get("SLUICEGATE_URL", "http://127.0.0.1:8000"),
                        help="the server (default http://127.0.0.1:8000, or SLUICEGATE_URL)")
         p.add_argument("--key", default=None, help="API key (default: the SLUICEGATE_API_KEY variable)")
-        p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+        p.add_argument("--interval", type=positive_seconds, default=1.0, help=argparse.SUPPRESS)
 
 
 def _client(args: argparse.Namespace) -> httpx.Client:

@@ -1,0 +1,94 @@
+"""`sluicegate serve`: the settings (flags, environment, file) become the configuration, the store is opened,
+and the app is served until a signal ends it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from sluicegate.backends.base import ModelRunner
+from sluicegate.cli.options import PRECEDENCE, add_config_arg, add_settings_args, given
+from sluicegate.config import UpstreamConfig
+from sluicegate.settings import Loaded, SettingsError, load, to_config
+
+log = logging.getLogger("sluicegate")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="serve a GGUF model over HTTP", description="Serve a GGUF model over HTTP.",
+                       epilog=PRECEDENCE)
+    add_config_arg(p)
+    add_settings_args(p)
+
+
+def load_args(args: argparse.Namespace) -> Loaded:
+    """The settings of a command that takes the settings flags (`--config` included)."""
+    return load(given(args), args.config)
+
+
+def tokenizer_factory(cfg: UpstreamConfig, default_gguf: Path) -> Callable[[str], ModelRunner]:
+    """An upstream model's own tokenizer: its --upstream-tokenizer GGUF, else --model's, vocab only."""
+    paths = {m.name: m.tokenizer for m in cfg.models}
+
+    def load_vocab(name: str) -> ModelRunner:
+        from sluicegate.backends.llama_cpp import LlamaCppRunner
+
+        return LlamaCppRunner(paths.get(name) or default_gguf, n_slots=1, vocab_only=True)
+
+    return load_vocab
+
+
+def run(args: argparse.Namespace) -> int:
+    from sluicegate.telemetry.logs import setup_logging
+
+    try:
+        loaded = load_args(args)
+        s = loaded.settings
+        config = to_config(s)  # before any import of the model's runtime: a configuration that cannot work exits
+    except (SettingsError, ValueError) as exc:
+        print(f"sluicegate: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(s.log_level, s.log_format)
+    for warning in loaded.warnings:
+        log.warning("%s", warning)
+    if loaded.config_file is not None:
+        log.info("settings: %s (beneath flags and SLUICEGATE_* variables)", loaded.config_file)
+    log.info("data directory: %s", s.data_dir)
+
+    from sluicegate.api.app import create_app
+    from sluicegate.api.server.run import serve_app
+    from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
+    from sluicegate.cli.keys import serve_store
+
+    path = s.model
+    if path is None:
+        path = default_model_path()
+    elif not path.is_file():
+        print(f"sluicegate: no model file at {path}", file=sys.stderr)
+        return 2
+    config = to_config(s, model_path=path)
+    m = config.model
+
+    def factory() -> LlamaCppRunner:
+        return LlamaCppRunner(path, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch, n_threads=m.n_threads,
+                              name=m.name, version=m.version, flash_attn=m.flash_attn,
+                              adaptive_threads=m.adaptive_threads)
+
+    store, refusal = serve_store(config.store, host=s.host, insecure_no_auth=s.insecure_no_auth)
+    if store is None:
+        print(f"sluicegate: {refusal}", file=sys.stderr)
+        return 2
+    upstream = config.upstream
+    try:
+        app = create_app(config, factory, store=store,
+                         tokenizers=tokenizer_factory(upstream, path) if upstream.targets else None)
+        serve_app(app, app.state.sluicegate, log_level=s.log_level)
+    finally:
+        store.close()
+    return 0
+
+
+__all__ = ["add_parser", "load_args", "run", "tokenizer_factory"]

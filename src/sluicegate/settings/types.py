@@ -1,0 +1,185 @@
+"""The value types every setting is checked with, wherever it came from: a flag, an environment variable or the
+TOML file. One function per type, shared by the settings model (settings/model.py) and argparse (cli/types.py):
+each takes the text of a flag or variable, or the value a TOML file typed, and returns the value or raises
+ValueError with a message that says what is expected (never echoing a secret)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+Parse = Callable[[Any], Any]
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMATS = ("text", "json")
+
+
+def _number(value: Any, unit: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"not a number of {unit}: a boolean")
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"not a number of {unit}: {str(value)[:40]!r}") from None
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("not a whole number: a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"not a whole number: {str(value)[:40]!r}") from None
+
+
+def positive_int(value: Any) -> int:
+    """A whole number of at least 1."""
+    n = _whole(value)
+    if n < 1:
+        raise ValueError(f"must be at least 1, not {n}")
+    return n
+
+
+def nonnegative_int(value: Any) -> int:
+    """A whole number of at least 0."""
+    n = _whole(value)
+    if n < 0:
+        raise ValueError(f"must be at least 0, not {n}")
+    return n
+
+
+def port(value: Any) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    n = _whole(value)
+    if not 0 <= n <= 65535:
+        raise ValueError(f"a port is 0 to 65535, not {n}")
+    return n
+
+
+def _positive(value: Any, unit: str, extra: str = "") -> float:
+    x = _number(value, unit)
+    if not 0 < x < math.inf:
+        raise ValueError(f"must be a positive number of {unit}{extra}")
+    return x
+
+
+def positive_seconds(value: Any) -> float:
+    """A positive, finite number of seconds."""
+    return _positive(value, "seconds")
+
+
+def nonnegative_seconds(value: Any) -> float:
+    """Zero or a positive, finite number of seconds."""
+    x = _number(value, "seconds")
+    if not 0 <= x < math.inf:
+        raise ValueError("must be zero or a positive number of seconds")
+    return x
+
+
+def positive_hours(value: Any) -> float:
+    """A positive, finite number of hours."""
+    return _positive(value, "hours")
+
+
+def positive_days(value: Any) -> float:
+    """A positive, finite number of days."""
+    return _positive(value, "days")
+
+
+def seconds_or_none(value: Any) -> float | None:
+    """A positive, finite number of seconds, or `none`."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    return _positive(value, "seconds", ", or none")
+
+
+def speculative(value: Any) -> str | int:
+    """`auto` or a whole number of drafts, 0 (off) or more."""
+    if isinstance(value, str) and value.strip() == "auto":
+        return "auto"
+    return nonnegative_int(value)
+
+
+def log_level(value: Any) -> str:
+    """One of the logging levels, in any case."""
+    level = str(value).strip().lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"the log level is one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def log_format(value: Any) -> str:
+    """`text` (a line for people) or `json` (one object a line, for a log pipeline)."""
+    fmt = str(value).strip().lower()
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"the log format is one of {', '.join(LOG_FORMATS)}")
+    return fmt
+
+
+def host_pattern(value: Any) -> str:
+    """One `--allowed-hosts` entry: `*`, `*.example.com`, a host name or an IP address."""
+    from sluicegate.api.middleware.trusted_host import parse_pattern
+
+    return parse_pattern(str(value))
+
+
+def network(value: Any) -> str:
+    """An IP address or CIDR network (`10.0.0.0/8`, `::1`)."""
+    from sluicegate.webhooks.ssrf import parse_networks
+
+    text = str(value).strip()
+    parse_networks([text])
+    return text
+
+
+def cors_origin(value: Any) -> str:
+    """A browser origin, `scheme://host[:port]` without a path, or `*` (any origin)."""
+    from urllib.parse import urlsplit
+
+    text = str(value).strip().rstrip("/")
+    if text == "*":
+        return text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query or parts.fragment:
+        raise ValueError(f"an origin is scheme://host[:port] (no path), or *; not {text[:80]!r}")
+    return f"{parts.scheme}://{parts.netloc.lower()}"
+
+
+def text(value: Any) -> str:
+    """Any text (a name, a URL)."""
+    if isinstance(value, dict | list):
+        raise ValueError("must be a single value, not a table or a list")
+    return str(value)
+
+
+def flag_bool(value: Any) -> bool:
+    """true/false, on/off, yes/no, 1/0 (a TOML boolean, or the text of a variable)."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in ("1", "true", "on", "yes"):
+        return True
+    if word in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"not a boolean (true/false): {word[:20]!r}")
+
+
+def split_list(value: Any) -> list[Any]:
+    """A list setting from a variable (comma-separated), a TOML array, or repeated flags (already a list)."""
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "Parse", "cors_origin", "flag_bool", "host_pattern", "log_format",
+           "log_level", "network", "nonnegative_int", "nonnegative_seconds", "port", "positive_days",
+           "positive_hours", "positive_int", "positive_seconds", "seconds_or_none", "speculative", "split_list",
+           "text"]
