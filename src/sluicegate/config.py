@@ -105,7 +105,7 @@ class JobsConfig:
     worker_slots: int | None = None  # items one process runs at once; None: a quarter of the engine's slots (>= 1)
     lease_s: float = 30.0  # an item's lease; renewed every third of it; a dead process's items free up after it
     poll_s: float = 0.5  # how often a worker looks for items; idle, it backs off to 8x (store/polling.py); a job
-    # created here wakes it at once
+    # created here, or on Postgres by any replica (store/notify.py), wakes it at once
     file_ttl_hours: float | None = None  # uploaded files expire after this; None: kept until deleted
     output_ttl_hours: float = 30 * 24.0  # a job's output and error files expire after this (OpenAI: 30 days)
 
@@ -119,8 +119,8 @@ class WebhookConfig:
     backoff_base_s: float = 5.0  # the first retry's delay; each later one doubles, with jitter (x0.5 to x1.0)
     backoff_max_s: float = 3600.0  # no retry waits longer
     timeout_s: float = 10.0  # one attempt: connect, send and the receiver's answer
-    poll_s: float = 1.0  # how often a replica looks for due deliveries it was not woken for (retries, others');
-    # idle, it backs off to 8x (store/polling.py)
+    poll_s: float = 1.0  # how often a replica looks for due deliveries it was not woken for (on Postgres every
+    # replica's are announced: store/notify.py); idle, it backs off to 8x (store/polling.py)
     max_in_flight: int = 16  # deliveries sent at once per process
     max_endpoints_per_key: int = 16  # registered endpoints per API key
 

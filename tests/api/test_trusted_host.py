@@ -12,7 +12,7 @@ import pytest
 from sluicegate.api.middleware.trusted_host import HostRule, host_name, parse_pattern
 from sluicegate.config import Config
 from tests.api.threaded_server import Threaded, threaded_server
-from tests.unit.test_cli import parse
+from tests.unit.test_cli import config, parse
 
 
 def raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -115,9 +115,9 @@ def test_rules_by_bind() -> None:
 
 
 def test_the_allowed_hosts_flag() -> None:
-    assert parse().allowed_hosts is None
-    args = parse("--allowed-hosts", "a.example, *.internal", "--allowed-hosts", "[::1],10.0.0.1")
-    assert args.allowed_hosts == ["a.example", "*.internal", "::1", "10.0.0.1"]
+    assert config().allowed_hosts is None
+    got = config("--allowed-hosts", "a.example, *.internal", "--allowed-hosts", "[::1],10.0.0.1").allowed_hosts
+    assert got == ("a.example", "*.internal", "::1", "10.0.0.1")
     for bad in ("", "a b", "*.", "http://a.example", "a.example:80"):
         with pytest.raises(SystemExit):
             parse("--allowed-hosts", bad)

@@ -34,6 +34,7 @@ class FakeUpstream:
     arrivals: list[tuple[float, str]] = field(default_factory=list)  # (monotonic, behaviour) per completion
     left: list[str] = field(default_factory=list)  # behaviours whose client closed the request
     auth: list[str] = field(default_factory=list)  # the Authorization header of each completion request
+    traceparents: list[str] = field(default_factory=list)  # the traceparent header of each (empty: none)
     url: str = ""
 
     def completions(self) -> list[str]:
@@ -56,6 +57,7 @@ class FakeUpstream:
             behaviour = self.script.pop(0) if self.script else self.default
             self.arrivals.append((time.monotonic(), behaviour))
             self.auth.append(dict(scope["headers"]).get(b"authorization", b"").decode())
+            self.traceparents.append(dict(scope["headers"]).get(b"traceparent", b"").decode())
             await self._complete(behaviour, data, receive, send)
         else:
             await _json(send, 404, {"error": {"message": "no such route"}})

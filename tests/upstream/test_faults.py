@@ -37,6 +37,7 @@ def stack(fake: FakeUpstream, *, local: bool = False, script: tuple[str, ...] = 
                 if f is not None:
                     f.arrivals.clear()  # the start-up probe's request
                     f.auth.clear()
+                    f.traceparents.clear()
             fake.script = list(script)
             yield url
 

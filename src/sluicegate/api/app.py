@@ -16,9 +16,11 @@ from sluicegate.api.drain import DrainMiddleware
 from sluicegate.api.errors import install_error_handlers
 from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
+from sluicegate.api.middleware.cors import Cors
 from sluicegate.api.middleware.deadline import DeadlineMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
+from sluicegate.api.middleware.tracing import TracingMiddleware
 from sluicegate.api.middleware.trusted_host import HostRule, TrustedHostMiddleware, document_trusted_host
 from sluicegate.api.routes import (
     batch_predictions,
@@ -89,9 +91,12 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
     app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused
     app.add_middleware(DrainMiddleware, drain=state.drain)  # in-flight requests; 503 while shutting down
+    if config.cors_origins:  # outside auth: a preflight needs no key, and a refusal still carries the CORS headers
+        app.add_middleware(Cors, origins=config.cors_origins)
     # Outside everything but the request context: a foreign Host (DNS rebinding) reaches no route, key check or
     # limit, and its refusal still carries the request id.
     app.add_middleware(TrustedHostMiddleware, rule=HostRule.for_bind(config.host, config.allowed_hosts))
+    app.add_middleware(TracingMiddleware)  # the server span: inside the request context, so it has the id
     app.add_middleware(RequestContextMiddleware,  # added last: outermost, so every answer carries the id
                        on_disconnect=lambda stage: state.disconnects.labels(stage).inc())
 

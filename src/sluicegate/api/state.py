@@ -23,6 +23,7 @@ from sluicegate.serving.constraints import build_vocabulary
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 from sluicegate.store.db import Store, in_memory
+from sluicegate.store.notify import JOBS, WEBHOOKS, Listener
 from sluicegate.tenancy.idempotency import IdempotencyStore, maintain
 from sluicegate.tenancy.key_cache import KeyCache
 from sluicegate.tenancy.ratelimit import RateLimiter, build_rate_limiter
@@ -47,6 +48,7 @@ class AppState:
     webhooks: Webhooks = field(init=False)  # endpoints, `emit` for the job system, the delivery dispatcher
     batch: JobsRuntime = field(init=False)  # batch jobs and files; its worker starts once the model is loaded
     _maintenance: asyncio.Task[None] | None = None  # renews this process's claims, prunes expired keys
+    listener: Listener | None = None  # other replicas' announcements of work (Postgres only: store/notify.py)
     model: ServedModel | None = None  # the local model (None with --no-local-model)
     models: dict[str, ServedModel] = field(default_factory=dict)  # every served model by name, once all loaded
     tokenizers: TokenizerFactory | None = None  # an upstream model's tokenizer; None: the local model's runner
@@ -86,8 +88,15 @@ class AppState:
         self._maintenance = asyncio.create_task(
             maintain(self.idempotency, prune_every_s=self.config.idempotency.prune_every_s))
         self.webhooks.start()
+        if self.store.engine.dialect.name == "postgresql":
+            self.listener = Listener(self.store.url, {JOBS: lambda _payload: self.batch.wake(),
+                                                      WEBHOOKS: self.webhooks.notified})
+            self.listener.start()
 
     async def close_tenancy(self) -> None:
+        if self.listener is not None:
+            await self.listener.close()
+            self.listener = None
         await self.webhooks.close()
         if self._maintenance is not None:
             self._maintenance.cancel()

@@ -63,7 +63,10 @@ def _each(parse: Parse) -> Callable[[str], str]:
     """A repeated flag's type: each comma-separated part checked, the text kept (the model splits it)."""
 
     def check(value: str) -> str:
-        for part in split_list(value):
+        parts = split_list(value)
+        if not parts:
+            raise ValueError("no value given")
+        for part in parts:
             parse(part)
         return value
 

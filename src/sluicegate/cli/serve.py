@@ -52,6 +52,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"sluicegate: {exc}", file=sys.stderr)
         return 2
     setup_logging(s.log_level, s.log_format)
+    from sluicegate.telemetry import tracing
+
+    try:
+        provider = tracing.setup_from_environment()
+    except ValueError as exc:
+        print(f"sluicegate: {exc}", file=sys.stderr)
+        return 2
     for warning in loaded.warnings:
         log.warning("%s", warning)
     if loaded.config_file is not None:
@@ -88,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         serve_app(app, app.state.sluicegate, log_level=s.log_level)
     finally:
         store.close()
+        if provider is not None:
+            provider.shutdown()  # the spans still batched go out
     return 0
 
 

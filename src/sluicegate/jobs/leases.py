@@ -25,6 +25,7 @@ from sluicegate.jobs import states as S
 from sluicegate.jobs.files import utcnow
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchItem
+from sluicegate.store.notify import JOBS, announce
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,8 @@ class Leases:
         with self.store.session() as s, s.begin():
             res = s.execute(update(BatchItem).where(BatchItem.owner == owner, BatchItem.state == S.LEASED)
                             .values(state=S.PENDING, owner=None, lease_until=None, attempts=BatchItem.attempts - 1))
+            if res.rowcount:  # type: ignore[attr-defined]
+                announce(s, JOBS)  # another replica starts them at once
         return int(res.rowcount or 0)  # type: ignore[attr-defined]
 
     def release_item(self, owner: str, item_id: int) -> None:

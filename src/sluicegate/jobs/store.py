@@ -19,6 +19,7 @@ from sluicegate.jobs.files import new_id, utcnow
 from sluicegate.jobs.leases import Leases
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchItem, BatchJob
+from sluicegate.store.notify import JOBS, announce
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,8 @@ class JobStore:
                 state=S.PENDING) if started else
                 update(BatchItem).where(BatchItem.job_id == job_id, BatchItem.state == S.HELD).values(
                 state=S.ITEM_CANCELLED, finished_at=now))
+            if started:
+                announce(s, JOBS)  # every replica's worker, at commit (store/notify.py)
 
     def fail(self, job_id: str, errors: list[dict[str, Any]]) -> None:
         """Validation failed: the job fails whole, with OpenAI's `errors` list; no item runs."""

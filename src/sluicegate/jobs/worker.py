@@ -81,6 +81,7 @@ class Worker:
         self._stopped_jobs: dict[str, str] = {}  # job id -> item state for its running items (cancel, expire)
         self._writes: set[asyncio.Task[bool]] = set()  # halted items' results being written (kept referenced)
         self._wake = asyncio.Event()
+        self.looks = 0  # passes over the store so far (tests wait for the first)
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._backoff_until = 0.0
@@ -146,6 +147,7 @@ class Worker:
             except Exception:
                 log.exception("batch worker: a store call failed; retrying")
             self._wake.clear()
+            self.looks += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), poll.after(found))
 

@@ -45,6 +45,7 @@ from sluicegate.serving import deadline
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import EngineClient, ServedModel, check_text
+from sluicegate.telemetry import tracing
 
 log = logging.getLogger("sluicegate.serving")
 
@@ -148,6 +149,10 @@ class Runs:
                     if out.finished:
                         self._open.discard(i)
                         self.finals[i] = out
+                        if out.timing is not None and tracing.enabled():
+                            tm = out.timing
+                            tracing.engine_stages(self.requests[i].request_id.split("#", 1)[0], i, tm.queue_ms,
+                                                  tm.prefill_ms, tm.decode_ms)
                     yield i, out
         finally:
             self.close()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 STATUS: Mapping[str, int] = {
     "invalid_json": 400,
     "untrusted_host": 400,
+    "cors_refused": 400,
     "malformed_http": 400,
     "request_timeout": 408,
     "headers_too_large": 431,

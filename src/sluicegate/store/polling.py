@@ -7,8 +7,9 @@ compute threads, which wait on each other at every barrier, feel at once. So an 
 wait is `poll_s` after a look that found work, and doubles after each look that found none, up to
 `IDLE_FACTOR` times `poll_s`. Work made in this process still wakes its poller at once, and a webhook retry this
 process scheduled is looked for when it comes due; what changes is how soon a replica notices work another
-replica left it (items it queued, leases of a process that died, its retries): within `IDLE_FACTOR * poll_s`
-(4 s for batch items, 8 s for webhook deliveries by default) instead of `poll_s`.
+replica left it without a word: within `IDLE_FACTOR * poll_s` (4 s for batch items, 8 s for webhook deliveries
+by default) instead of `poll_s`. On Postgres every replica announces the work it queues (store/notify.py), so
+what is left to the poll there is the leases of a process that died; on SQLite (one process) the poll is all.
 """
 
 from __future__ import annotations

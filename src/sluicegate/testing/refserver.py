@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refserver: {exc}", file=sys.stderr)
         return 2
     setup_logging(s.log_level, s.log_format)
+    from sluicegate.telemetry import tracing
+
+    provider = tracing.setup_from_environment()
     store = None
     if s.database_url:  # else a private in-memory store
         from sluicegate.store.db import Store
@@ -70,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if store is not None:
             store.close()
+        if provider is not None:
+            provider.shutdown()
     return 0
 
 

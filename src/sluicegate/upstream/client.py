@@ -27,6 +27,7 @@ from sluicegate.config import UpstreamConfig
 from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, Timing
 from sluicegate.serving.errors import ApiError
+from sluicegate.telemetry import tracing
 from sluicegate.upstream.outputs import Sink, drain, end, refuse_unsupported
 from sluicegate.upstream.pool import Endpoint, pick, soonest_retry
 from sluicegate.upstream.wire import (
@@ -156,6 +157,11 @@ class AsyncUpstream:
             raise _Expired
         first_s = self.cfg.attempt_timeout_s if left is None else min(self.cfg.attempt_timeout_s, left)
         by_budget = left is not None and left < self.cfg.attempt_timeout_s  # the caller's time bounds this wait
+        with tracing.span("upstream", req.request_id.split("#", 1)[0], **{"server.address": ep.root}):
+            return await self._send(ep, body, req, sink, start, first_s, by_budget)
+
+    async def _send(self, ep: Endpoint, body: dict[str, object], req: EngineRequest, sink: Sink, start: float,
+                    first_s: float, by_budget: bool) -> RequestOutput:
         loop = asyncio.get_running_loop()
         ep.acquire(time.monotonic())
         healthy: bool | None = False
@@ -163,7 +169,7 @@ class AsyncUpstream:
             async with asyncio.timeout(first_s) as tm:
                 try:
                     request = self._http.build_request("POST", f"{ep.url}/completions", json=body,
-                                                       headers=self._headers)
+                                                       headers=tracing.inject(dict(self._headers)))
                     resp = await self._http.send(request, stream=True)
                 except _UNREACHED as exc:  # no answer began: retrying cannot duplicate anything a client saw
                     raise UpstreamFailure("upstream_unavailable", f"could not reach the upstream "

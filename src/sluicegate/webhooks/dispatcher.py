@@ -83,6 +83,19 @@ class Webhooks:
             self._loop.call_soon_threadsafe(self._wake.set)
         return n
 
+    def notified(self, payload: str) -> None:
+        """Another replica queued deliveries (payload empty) or scheduled a retry (payload: Unix seconds when
+        due): look now, or when it is due (store/notify.py). On the serving event loop."""
+        try:
+            due = time.monotonic() + max(0.0, float(payload) - time.time()) if payload else time.monotonic()
+        except ValueError:
+            due = time.monotonic()
+        if due <= time.monotonic():
+            self._wake.set()
+        else:
+            self._retry_due = min(self._retry_due, due)
+            self._wake.set()  # the loop recomputes its wait with the new due time
+
     async def emit(self, key_id: str | None, event_type: str, data: dict[str, Any], *, subject: str | None = None,
                    event_id: str | None = None) -> int:
         return await asyncio.to_thread(self.enqueue, key_id, event_type, data, subject=subject, event_id=event_id)

@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from sluicegate.store.db import Store
 from sluicegate.store.models import WebhookDelivery, WebhookEndpoint
+from sluicegate.store.notify import WEBHOOKS, announce
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 
@@ -97,6 +98,7 @@ def enqueue(store: Store, key_id: str, event_type: str, event_id: str, body: str
                     event_id=event_id, endpoint_id=ep, key_id=key_id, event_type=event_type, subject=subject,
                     body=body, status=PENDING, attempts=0, next_attempt_at=t, log="[]", created_at=t,
                 ) for ep in todo)
+                announce(s, WEBHOOKS)  # every replica's dispatcher, at commit (store/notify.py)
             return len(todo)
         except IntegrityError:
             continue
@@ -151,6 +153,8 @@ def record_attempt(store: Store, c: Claimed, *, status: str, status_code: int | 
         values["delivered_at"] = t
     with store.session() as s, s.begin():
         s.execute(update(WebhookDelivery).where(WebhookDelivery.id == c.id).values(**values))
+        if retry_at is not None and status == PENDING:  # whichever replica is idle then sends it
+            announce(s, WEBHOOKS, f"{retry_at.timestamp():.3f}")
         if disable is not None:
             s.execute(update(WebhookEndpoint).where(WebhookEndpoint.id == c.endpoint_id).values(
                 disabled_at=t, disabled_reason=disable))

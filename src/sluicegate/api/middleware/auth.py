@@ -29,6 +29,7 @@ from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.serving.errors import ApiError
+from sluicegate.telemetry import tracing
 from sluicegate.tenancy.keys import ALL_SCOPES, KEY_LENGTH, PREFIX, KeyRecord, acceptable
 from sluicegate.tenancy.keys import Scope as KeyScope
 
@@ -160,7 +161,8 @@ class AuthMiddleware:
             return
         ctx = context_of(scope)
         t = time.perf_counter()
-        refusal = await self._authenticate(scope, rule, ctx)
+        with tracing.span("auth", ctx.request_id):
+            refusal = await self._authenticate(scope, rule, ctx)
         ctx.stage("auth", t)
         if refusal is not None:
             if scope["type"] == "websocket":  # no route takes one today; one added later is guarded too
