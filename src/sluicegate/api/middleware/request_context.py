@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sluicegate.api.envelope import INTERNAL, send_error
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import STATUS, ApiError
+from sluicegate.telemetry.logs import REQUEST_ID
 
 log = logging.getLogger("sluicegate.access")
 _VALID_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
@@ -70,6 +71,7 @@ class RequestContextMiddleware:
         supplied = dict(scope["headers"]).get(b"x-request-id", b"")
         request_id = supplied.decode() if _VALID_ID.match(supplied) else new_request_id()
         ctx = RequestContext(request_id, arrival=arrival)
+        id_token = REQUEST_ID.set(request_id)  # every log line this request causes carries it (telemetry/logs.py)
         state = scope.setdefault("state", {})
         state["ctx"] = ctx
         status = 0
@@ -115,6 +117,7 @@ class RequestContextMiddleware:
                 scope.get("method", ""), scope.get("path", ""), status, (time.perf_counter() - start) * 1e3,
                 outcome, " cut by the shutdown after the drain time" if cut else "",
             )
+            REQUEST_ID.reset(id_token)
 
     def _count(self, stage: str) -> None:
         if self.on_disconnect is not None:

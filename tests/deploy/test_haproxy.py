@@ -1,0 +1,92 @@
+"""deploy/haproxy.cfg as shipped, in front of three reference replicas on one Postgres (sluicegate.testing.cluster):
+TLS with a certificate made here, requests spread over the replicas, the drain honoured (a replica restarted
+under traffic costs no request, and leaves the rotation before it exits), HAProxy's own errors in the envelope."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sluicegate.testing.cluster import Cluster, haproxy_binary
+from tests.dbs import postgres_database, url_string
+
+pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="haproxy is not installed (apt-get install haproxy)")
+GEN = {"prompt": "Hello", "max_new_tokens": 4, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with postgres_database() as url, Cluster(tmp_path_factory.mktemp("cluster"), url_string(url), None,
+                                             args=["--drain-seconds", "20"]) as c:
+        yield c
+
+
+def replica_of(c: Cluster, request_id: str) -> int:
+    for r in c.replicas:
+        for line in r.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{") and request_id in line and json.loads(line).get("request_id") == request_id:
+                return r.index
+    raise AssertionError(f"no replica logged {request_id}")
+
+
+def test_tls_is_terminated_and_the_callers_request_id_reaches_the_replica(cluster: Cluster) -> None:
+    with pytest.raises(httpx.ConnectError):  # a client that does not trust the certificate is refused
+        httpx.get(f"{cluster.url}/healthz", timeout=10)
+    r = httpx.post(f"{cluster.url}/v1/generate", json=GEN, verify=cluster.tls, timeout=30,
+                   headers={"X-Request-Id": "trace-me-123"})
+    assert r.status_code == 200 and r.headers["x-request-id"] == "trace-me-123" == r.json()["id"]
+    assert "max-age" in r.headers["strict-transport-security"]
+    plain = httpx.get(f"{cluster.http_url}/v1/models", timeout=10)
+    assert plain.status_code == 308 and plain.headers["location"].startswith("https://")
+
+
+def test_requests_are_spread_over_every_replica(cluster: Cluster) -> None:
+    with httpx.Client(verify=cluster.tls, timeout=30) as client:
+        ids = [client.post(f"{cluster.url}/v1/generate", json=GEN).headers["x-request-id"] for _ in range(12)]
+    assert set(Counter(replica_of(cluster, i) for i in ids)) == {0, 1, 2}
+
+
+def test_a_restart_under_traffic_costs_no_request_and_the_replica_leaves_the_rotation_first(cluster: Cluster) -> None:
+    statuses: Counter[int] = Counter()
+    stop = threading.Event()
+    seen_down = threading.Event()
+
+    def load() -> None:
+        with httpx.Client(verify=cluster.tls, timeout=60) as client:  # no retries of its own
+            while not stop.is_set():
+                statuses[client.post(f"{cluster.url}/v1/generate", json=GEN).status_code] += 1
+
+    def watch() -> None:
+        while not stop.is_set() and not seen_down.is_set():
+            if cluster.rotation().get("r1") not in (None, "UP"):
+                seen_down.set()
+
+    threads = [threading.Thread(target=load) for _ in range(3)] + [threading.Thread(target=watch)]
+    for t in threads:
+        t.start()
+    try:
+        status = cluster.stop(0)  # SIGTERM: the drain
+        cluster.start(0)
+        cluster.wait_in_rotation([0])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    assert status == 0 and seen_down.is_set()
+    assert set(statuses) == {200} and statuses[200] > 0, statuses
+
+
+def test_with_no_replica_ready_haproxy_answers_in_the_envelope(tmp_path: Path) -> None:
+    with postgres_database() as url, Cluster(tmp_path, url_string(url), None, replicas_n=1) as c:
+        c.stop(0)
+        r = httpx.post(f"{c.url}/v1/generate", json=GEN, verify=c.tls, timeout=30)
+        assert r.status_code == 503
+        err = r.json()["error"]
+        assert err["type"] == "overloaded" and err["request_id"] == r.headers["x-request-id"]
+        assert r.headers["retry-after"] == "1"
