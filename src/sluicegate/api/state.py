@@ -67,6 +67,8 @@ class AppState:
             "sluicegate_client_disconnects", "requests whose client left before the exchange ended, by stage "
             "(body: while sending the request body; answer: before the response ended)", ["stage"],
             registry=self.registry)
+        for stage in ("body", "answer"):  # exported at 0 from the start: a dashboard shows 0, not "no data"
+            self.disconnects.labels(stage)
         self.ledger = UsageLedger(self.store, max_pending=self.config.store.usage_max_pending)
         self.keys = self._key_cache()
         self.limiter = build_rate_limiter(self.config.ratelimit)  # opens no connection until first used

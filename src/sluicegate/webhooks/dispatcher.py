@@ -56,6 +56,9 @@ def sign(secret: str, event_id: str, timestamp: dt.datetime, body: str) -> dict[
     }
 
 
+DUE_SLACK_S = 0.05  # a due retry is looked for this much after its time: the clocks' rounding never finds it early
+
+
 class Webhooks:
     def __init__(self, store: Store, config: WebhookConfig, *, resolve: Resolver = system_resolve,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
@@ -87,14 +90,12 @@ class Webhooks:
         """Another replica queued deliveries (payload empty) or scheduled a retry (payload: Unix seconds when
         due): look now, or when it is due (store/notify.py). On the serving event loop."""
         try:
-            due = time.monotonic() + max(0.0, float(payload) - time.time()) if payload else time.monotonic()
+            wait_s = max(0.0, float(payload) - time.time()) if payload else 0.0
         except ValueError:
-            due = time.monotonic()
-        if due <= time.monotonic():
-            self._wake.set()
-        else:
-            self._retry_due = min(self._retry_due, due)
-            self._wake.set()  # the loop recomputes its wait with the new due time
+            wait_s = 0.0
+        if wait_s > 0:
+            self._retry_due = min(self._retry_due, time.monotonic() + wait_s + DUE_SLACK_S)
+        self._wake.set()  # look now, or recompute the wait with the new due time
 
     async def emit(self, key_id: str | None, event_type: str, data: dict[str, Any], *, subject: str | None = None,
                    event_id: str | None = None) -> int:
@@ -182,6 +183,6 @@ class Webhooks:
             return
         wait_s = backoff_s(attempts, self.config)
         retry = db.now() + dt.timedelta(seconds=wait_s)
-        self._retry_due = min(self._retry_due, time.monotonic() + wait_s + 0.05)  # looks again by then (+ clock skew)
+        self._retry_due = min(self._retry_due, time.monotonic() + wait_s + DUE_SLACK_S)  # looks again by then
         await asyncio.to_thread(db.record_attempt, self.store, c, status=db.PENDING, status_code=code, error=error,
                                 duration_ms=ms, retry_at=retry)
