@@ -50,8 +50,10 @@ from sluicegate.settings.groups import (
 
 ENV_PREFIX = "SLUICEGATE_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
-# variables of the same prefix that are not `serve` settings: the jobs client's and the test suite's
-OTHER_VARIABLES = frozenset({CONFIG_ENV, "SLUICEGATE_API_KEY", "SLUICEGATE_URL", "SLUICEGATE_TEST_POSTGRES"})
+# variables of the same prefix that are not `serve` settings: the jobs client's, the test suite's, and two the
+# backends read (the weights' digest cache, llama.cpp's own log)
+OTHER_VARIABLES = frozenset({CONFIG_ENV, "SLUICEGATE_API_KEY", "SLUICEGATE_URL", "SLUICEGATE_TEST_POSTGRES",
+                             "SLUICEGATE_CACHE_DIR", "SLUICEGATE_LLAMA_LOG"})
 PATH_FIELDS = ("data_dir", "model")  # relative paths in the file are relative to the file
 
 
