@@ -81,6 +81,10 @@ class RateLimitConfig:
     retries: int = 1  # immediate retries of a failed Redis command (a stale pooled connection after a restart)
     default_tpm: int | None = None  # tokens per minute for keys that set none; None: such keys are unlimited
     default_burst: int | None = None  # capacity for keys that set none; None: one minute of tokens (= the tpm)
+    default_rpm: int | None = None  # requests per minute for keys that set none; None: not limited by count
+    default_max_concurrent: int | None = None  # requests in flight per key for keys that set none; None: no limit
+    concurrency_lease_s: float = 30.0  # a held concurrency slot's lease in Redis, renewed every third: a replica
+    # that dies frees its keys' slots within it
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                         help="generate, batch, admin or metrics; repeat for several (default: generate)")
     create.add_argument("--tpm", type=ct.positive_int, default=None, help="sustained tokens per minute")
     create.add_argument("--burst", type=ct.positive_int, default=None, help="token bucket capacity")
+    create.add_argument("--rpm", type=ct.positive_int, default=None,
+                        help="requests per minute, beside the tokens (default: the server's --default-rpm)")
+    create.add_argument("--max-concurrent", type=ct.positive_int, default=None, metavar="N",
+                        help="requests in flight at once (default: the server's --default-max-concurrent)")
+    create.add_argument("--monthly-tokens", type=ct.positive_int, default=None, metavar="N",
+                        help="tokens per calendar month, UTC (default: no budget)")
     create.add_argument("--expires-in", type=ct.positive_days, default=None, metavar="DAYS",
                         help="the key stops working after this many days (default: never)")
     create.add_argument("--secret-stdin", action="store_true",
@@ -204,11 +210,13 @@ def _keys(store: Store, args: argparse.Namespace, secret: str | None) -> int:
         try:
             scopes = keys.parse_scopes(args.scopes or ["generate"])
             record, made = keys.create_key(store, args.name, scopes, tpm=args.tpm, burst=args.burst,
-                                           expires_in=expires, secret=secret)
+                                           expires_in=expires, secret=secret, rpm=args.rpm,
+                                           max_concurrent=args.max_concurrent, monthly_tokens=args.monthly_tokens)
         except ValueError as exc:
             return _fail(str(exc))
         print(f"created {record.id} ({record.name}): scopes {','.join(sorted(record.scopes))}, "
-              f"tpm {record.tpm or 'default'}, burst {record.burst or 'default'}, "
+              f"tpm {record.tpm or 'default'}, burst {record.burst or 'default'}, rpm {record.rpm or 'default'}, "
+              f"concurrent {record.max_concurrent or 'default'}, monthly tokens {record.monthly_tokens or 'no cap'}, "
               f"expires {_when(record.expires_at)}")
         if secret is not None:
             print("the secret was read from standard input and is stored only as a hash")
@@ -220,7 +228,9 @@ def _keys(store: Store, args: argparse.Namespace, secret: str | None) -> int:
         for r in keys.list_keys(store):
             print("  ".join([
                 r.id, r.display_prefix + "...", r.state(), ",".join(sorted(r.scopes)),
-                f"tpm={r.tpm or '-'}", f"burst={r.burst or '-'}", f"created={_when(r.created_at)}",
+                f"tpm={r.tpm or '-'}", f"burst={r.burst or '-'}", f"rpm={r.rpm or '-'}",
+                f"concurrent={r.max_concurrent or '-'}", f"monthly={r.monthly_tokens or '-'}",
+                f"created={_when(r.created_at)}",
                 f"expires={_when(r.expires_at)}", f"revoked={_when(r.revoked_at, '-')}", r.name,
             ]))
         return 0

@@ -158,6 +158,12 @@ class RateLimitSettings(Group):
     default_burst: OptPosInt = Field(
         _R.default_burst, description="bucket capacity for API keys created without --burst (default: one minute "
         "of tokens)")
+    default_rpm: OptPosInt = Field(
+        _R.default_rpm, description="requests per minute for API keys created without --rpm, beside their tokens "
+        "(default: requests are not counted)")
+    default_max_concurrent: OptPosInt = Field(
+        _R.default_max_concurrent, description="requests in flight at once for API keys created without "
+        "--max-concurrent (default: no limit)")
     idempotency_ttl_hours: Hours = Field(
         IdempotencyConfig().ttl_hours, description="how long the answer to a request with an Idempotency-Key is "
         "kept and replayed")

@@ -79,6 +79,9 @@ class ApiKey(Base):
     scopes: Mapped[str] = mapped_column(String(200))  # space-separated, sorted
     tpm: Mapped[int | None] = mapped_column(Integer)  # sustained tokens per minute; None: the server's default
     burst: Mapped[int | None] = mapped_column(Integer)  # bucket capacity in tokens; None: the server's default
+    rpm: Mapped[int | None] = mapped_column(Integer)  # requests per minute, beside the tokens; None: the default
+    max_concurrent: Mapped[int | None] = mapped_column(Integer)  # requests in flight at once; None: the default
+    monthly_tokens: Mapped[int | None] = mapped_column(BigInteger)  # tokens per calendar month (UTC); None: no cap
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())

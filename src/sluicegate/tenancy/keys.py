@@ -134,11 +134,14 @@ class KeyRecord:
     created_at: dt.datetime
     expires_at: dt.datetime | None
     revoked_at: dt.datetime | None
+    rpm: int | None = None  # requests per minute, beside the tokens
+    max_concurrent: int | None = None  # requests in flight at once
+    monthly_tokens: int | None = None  # tokens per calendar month (UTC)
 
     @classmethod
     def of(cls, row: ApiKey) -> KeyRecord:
         return cls(row.id, row.name, row.prefix, parse_scopes(row.scopes.split()), row.tpm, row.burst,
-                   row.created_at, row.expires_at, row.revoked_at)
+                   row.created_at, row.expires_at, row.revoked_at, row.rpm, row.max_concurrent, row.monthly_tokens)
 
     @property
     def display_prefix(self) -> str:
@@ -170,16 +173,19 @@ def create_key(
     burst: int | None = None,
     expires_in: dt.timedelta | None = None,
     secret: str | None = None,
+    rpm: int | None = None,
+    max_concurrent: int | None = None,
+    monthly_tokens: int | None = None,
+    expires_at: dt.datetime | None = None,
 ) -> tuple[KeyRecord, str]:
     """Create a key; returns its record and the secret, which exists nowhere else from now on. `secret`: import
     this one (a sluicegate key, or an importable one) instead of making one; one already stored is refused."""
-    if not name or len(name) > 200:
-        raise ValueError("a key's name is 1 to 200 characters")
-    for label, value in (("tpm", tpm), ("burst", burst)):
-        if value is not None and value <= 0:
-            raise ValueError(f"{label} must be a positive number of tokens")
+    check_name(name)
+    check_limits(tpm=tpm, burst=burst, rpm=rpm, max_concurrent=max_concurrent, monthly_tokens=monthly_tokens)
     if expires_in is not None and expires_in <= dt.timedelta(0):
         raise ValueError("a key's lifetime must be positive")
+    if expires_at is not None and expires_at <= _now():
+        raise ValueError("expires_at must be in the future")
     scope_set = frozenset(Scope(s) for s in scopes)
     if not scope_set:
         raise ValueError("a key needs at least one scope")
@@ -193,11 +199,64 @@ def create_key(
     row = ApiKey(
         id=new_key_id(), name=name, prefix=lookup_prefix(secret), secret_hash=secret_hash(secret),
         scopes=" ".join(sorted(scope_set)), tpm=tpm, burst=burst, created_at=now,
-        expires_at=None if expires_in is None else now + expires_in, revoked_at=None,
+        expires_at=expires_at if expires_in is None else now + expires_in, revoked_at=None,
+        rpm=rpm, max_concurrent=max_concurrent, monthly_tokens=monthly_tokens,
     )
     with store.session() as s, s.begin():
         s.add(row)
     return KeyRecord.of(row), secret
+
+
+LIMITS = ("tpm", "burst", "rpm", "max_concurrent", "monthly_tokens")  # a key's own limits; None: the default
+CHANGEABLE = frozenset({"name", "scopes", "expires_at", *LIMITS})
+
+
+def check_name(name: str) -> None:
+    if not name or len(name) > 200:
+        raise ValueError("a key's name is 1 to 200 characters")
+
+
+def check_limits(**limits: int | None) -> None:
+    for label, value in limits.items():
+        if value is not None and value <= 0:
+            raise ValueError(f"{label} must be a positive whole number")
+
+
+def update_key(store: Store, key_id: str, changes: dict[str, object]) -> KeyRecord | None:
+    """Change a key's name, scopes, limits (None: back to the server's default) or expiry (None: never); only
+    the fields in `changes`. A revoked key cannot change. None: no such key; ValueError: a bad value."""
+    unknown = changes.keys() - CHANGEABLE
+    if unknown:
+        raise ValueError(f"{sorted(unknown)[0]} cannot be changed")
+    values: dict[str, object] = {}
+    for field, value in changes.items():
+        if field == "name":
+            assert isinstance(value, str)
+            check_name(value)
+        elif field == "scopes":
+            assert isinstance(value, frozenset | set | list | tuple)
+            scope_set = frozenset(Scope(s) for s in value)
+            if not scope_set:
+                raise ValueError("a key needs at least one scope")
+            value = " ".join(sorted(scope_set))
+        elif field == "expires_at":
+            assert value is None or isinstance(value, dt.datetime)
+        else:
+            assert value is None or isinstance(value, int)
+            check_limits(**{field: value})
+        values[field] = value
+    with store.session() as s, s.begin():
+        row = s.get(ApiKey, key_id)
+        if row is None:
+            return None
+        if row.revoked_at is not None:
+            raise ValueError("a revoked key cannot change")
+        if values:
+            s.execute(update(ApiKey).where(ApiKey.id == key_id).values(**values))
+            s.expire(row)
+            row = s.get(ApiKey, key_id)
+            assert row is not None
+        return KeyRecord.of(row)
 
 
 def find_key(store: Store, secret: str) -> KeyRecord | None:
