@@ -23,6 +23,7 @@ from sluicegate.api.middleware.request_context import RequestContextMiddleware
 from sluicegate.api.middleware.tracing import TracingMiddleware
 from sluicegate.api.middleware.trusted_host import HostRule, TrustedHostMiddleware, document_trusted_host
 from sluicegate.api.routes import (
+    admin_keys,
     batch_predictions,
     batches,
     files,
@@ -38,6 +39,7 @@ from sluicegate.api.routes import (
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.api.upstreams import TokenizerFactory
 from sluicegate.config import Config
+from sluicegate.protocol.admin_keys import KeyCreate, KeyUpdate
 from sluicegate.protocol.batches import BatchCreateRequest
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
@@ -49,7 +51,7 @@ from sluicegate.store.db import Store
 
 REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest,
                                          PredictionRequest, WebhookEndpointCreate, BatchCreateRequest,
-                                         TokenizeRequest, DetokenizeRequest]
+                                         TokenizeRequest, DetokenizeRequest, KeyCreate, KeyUpdate]
 
 
 def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None,
@@ -85,6 +87,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(batches.router)
     app.include_router(batch_predictions.router)
     app.include_router(tokenize.router)
+    app.include_router(admin_keys.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes,
                        upload_bytes=config.jobs.max_file_bytes)
     app.add_middleware(DeadlineMiddleware, config=config.deadlines)  # the caller's budget, before the body

@@ -50,7 +50,7 @@ _IMPORTED = re.compile(rf"^[\x21-\x7e]{{{IMPORTED_MIN},{IMPORTED_MAX}}}$")
 class Scope(enum.StrEnum):
     GENERATE = "generate"  # generate, chat, completions, predictions
     BATCH = "batch"  # batch jobs and files
-    ADMIN = "admin"  # everyone's usage
+    ADMIN = "admin"  # everyone's usage, and keys over HTTP (/v1/admin/keys)
     METRICS = "metrics"  # /metrics
 
 

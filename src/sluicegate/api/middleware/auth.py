@@ -64,6 +64,7 @@ ROUTE_RULES: tuple[Rule, ...] = (
     Rule("/metrics", KeyScope.METRICS),
     Rule("/v1/models", None),
     Rule("/v1/usage", None),
+    Rule("/v1/admin", KeyScope.ADMIN),  # keys over HTTP
 )
 ANY_KEY = Rule("", None)  # every other path (the OpenAPI document, unknown routes): any valid key
 

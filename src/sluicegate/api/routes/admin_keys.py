@@ -1,0 +1,137 @@
+"""`/v1/admin/keys`: create (the secret shown once), list, read, change and revoke API keys over HTTP, with the
+`admin` scope; the same store and rules as `sluicegate keys` (tenancy/keys.py). A change or revocation reaches
+every replica within the key cache's TTL (docs/keys.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Literal, TypeVar, cast
+
+from fastapi import APIRouter, Request, Response
+
+from sluicegate.api.jsonbody import parse_json, validate
+from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.routes.common import error_responses, json_reply, refuse_query, require_json
+from sluicegate.api.state import app_state
+from sluicegate.protocol.admin_keys import KeyCreate, KeyList, KeyOut, KeyUpdate
+from sluicegate.serving.errors import ApiError
+from sluicegate.tenancy import keys as k
+
+router = APIRouter(tags=["admin"])
+log = logging.getLogger("sluicegate.auth")
+T = TypeVar("T")
+BASE = "/v1/admin/keys"
+ERRORS = ("invalid_request", "not_found", "store_unavailable")
+KeyState = Literal["active", "revoked", "expired"]
+
+
+def _ts(t: dt.datetime | None) -> str | None:
+    return None if t is None else t.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def key_out(r: k.KeyRecord, secret: str | None = None) -> KeyOut:
+    return KeyOut(id=r.id, name=r.name, prefix=r.display_prefix, scopes=sorted(r.scopes),
+                  state=cast(KeyState, r.state()), tpm=r.tpm, burst=r.burst, rpm=r.rpm, max_concurrent=r.max_concurrent,
+                  monthly_tokens=r.monthly_tokens, created_at=_ts(r.created_at) or "", expires_at=_ts(r.expires_at),
+                  revoked_at=_ts(r.revoked_at), secret=secret)
+
+
+async def _store(request: Request, call: Callable[..., T], *args: object, **kw: object) -> T:
+    try:
+        return await asyncio.to_thread(call, app_state(request).store, *args, **kw)
+    except ValueError as exc:  # the rules of tenancy/keys.py: the message names the field
+        raise ApiError("invalid_request", str(exc), code="invalid_value") from None
+    except Exception:
+        log.exception("%s the key store cannot be reached", context_of(request.scope).request_id)
+        raise ApiError("store_unavailable", "API keys cannot be read or changed right now", retry_after=1) from None
+
+
+def _future(text: str | None) -> dt.datetime | None:
+    if text is None:
+        return None
+    try:
+        at = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ApiError("invalid_request", "expires_at is not an RFC 3339 time (2027-01-31T00:00:00Z)",
+                       param="expires_at", code="invalid_value") from None
+    if at.tzinfo is None:
+        raise ApiError("invalid_request", "expires_at needs a time zone (RFC 3339, e.g. 2027-01-31T00:00:00Z)",
+                       param="expires_at", code="invalid_value")
+    if at <= dt.datetime.now(dt.UTC):
+        raise ApiError("invalid_request", "expires_at must be in the future", param="expires_at",
+                       code="invalid_value")
+    return at.astimezone(dt.UTC)
+
+
+def _missing(key_id: str) -> ApiError:
+    return ApiError("not_found", "no such API key", param="key_id", code="key_not_found")
+
+
+@router.post(BASE, response_model=KeyOut, status_code=201,
+             summary="Create an API key; the answer shows its secret, once",
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": {"$ref": "#/components/schemas/KeyCreate"}}}}},
+             responses=error_responses("invalid_json", "unsupported_media_type", *ERRORS))
+async def create(request: Request) -> Response:
+    require_json(request)
+    refuse_query(request)
+    req = validate(parse_json(await request.body()), KeyCreate)
+    record, secret = await _store(
+        request, k.create_key, req.name, k.parse_scopes(req.scopes), tpm=req.tpm, burst=req.burst, rpm=req.rpm,
+        max_concurrent=req.max_concurrent, monthly_tokens=req.monthly_tokens, expires_at=_future(req.expires_at))
+    log.info("%s key %s created by %s", context_of(request.scope).request_id, record.id,
+             context_of(request.scope).key_id or "an unauthenticated caller (auth was off)")
+    reply = json_reply(key_out(record, secret), context_of(request.scope))
+    reply.status_code = 201
+    return reply
+
+
+@router.get(BASE, response_model=KeyList, summary="Every API key (never a secret), oldest first",
+            responses=error_responses(*ERRORS))
+async def list_keys(request: Request) -> Response:
+    refuse_query(request)
+    records = await _store(request, k.list_keys)
+    return json_reply(KeyList(data=[key_out(r) for r in records]), context_of(request.scope))
+
+
+@router.get(BASE + "/{key_id}", response_model=KeyOut, summary="One API key", responses=error_responses(*ERRORS))
+async def get_key(request: Request, key_id: str) -> Response:
+    record = await _store(request, k.get_key, key_id[:64])
+    if record is None:
+        raise _missing(key_id)
+    return json_reply(key_out(record), context_of(request.scope))
+
+
+@router.patch(BASE + "/{key_id}", response_model=KeyOut,
+              summary="Change a key's name, scopes, limits or expiry (only the fields sent; null: the default)",
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"$ref": "#/components/schemas/KeyUpdate"}}}}},
+              responses=error_responses("invalid_json", "unsupported_media_type", *ERRORS))
+async def update(request: Request, key_id: str) -> Response:
+    require_json(request)
+    req = validate(parse_json(await request.body()), KeyUpdate)
+    changes: dict[str, object] = {name: getattr(req, name) for name in req.model_fields_set}
+    for name in ("name", "scopes"):
+        if name in changes and changes[name] is None:
+            raise ApiError("invalid_request", f"{name} cannot be null", param=name, code="invalid_value")
+    if "expires_at" in changes:
+        changes["expires_at"] = _future(req.expires_at)
+    record = await _store(request, k.update_key, key_id[:64], changes)
+    if record is None:
+        raise _missing(key_id)
+    log.info("%s key %s changed (%s)", context_of(request.scope).request_id, record.id, ", ".join(sorted(changes)))
+    return json_reply(key_out(record), context_of(request.scope))
+
+
+@router.delete(BASE + "/{key_id}", response_model=KeyOut,
+               summary="Revoke a key: refused everywhere within a second; revoking twice keeps the first time",
+               responses=error_responses(*ERRORS))
+async def revoke(request: Request, key_id: str) -> Response:
+    record = await _store(request, k.revoke_key, key_id[:64])
+    if record is None:
+        raise _missing(key_id)
+    log.info("%s key %s revoked", context_of(request.scope).request_id, record.id)
+    return json_reply(key_out(record), context_of(request.scope))

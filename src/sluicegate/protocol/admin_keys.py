@@ -1,0 +1,65 @@
+"""`/v1/admin/keys`: API keys over HTTP, with the `admin` scope. The fields are `sluicegate keys create`'s flags."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from sluicegate.protocol.common import ResponseModel, StrictModel
+
+ScopeName = Literal["generate", "batch", "admin", "metrics"]
+MAX = 1 << 40
+
+
+class KeyLimits(StrictModel):
+    tpm: int | None = Field(None, ge=1, le=MAX, description="sustained tokens per minute; null: the server's default")
+    burst: int | None = Field(None, ge=1, le=MAX, description="token bucket capacity; null: the server's default")
+    rpm: int | None = Field(None, ge=1, le=MAX, description="requests per minute, beside the tokens; null: the "
+                            "server's default (none unless --default-rpm)")
+    max_concurrent: int | None = Field(None, ge=1, le=MAX, description="requests in flight at once; null: the server's "
+                                       "default (none unless --default-max-concurrent)")
+    monthly_tokens: int | None = Field(None, ge=1, le=MAX, description="tokens (prompt + generated) per calendar "
+                                       "month, UTC; null: no budget")
+    expires_at: str | None = Field(None, max_length=40, description="RFC 3339 with a time zone "
+                                   "(2027-01-31T00:00:00Z); after it the key stops working; null: never",
+                                   json_schema_extra={"format": "date-time"})
+
+
+class KeyCreate(KeyLimits):
+    name: str = Field(min_length=1, max_length=200, description="what the key is for")
+    scopes: list[ScopeName] = Field(["generate"], min_length=1, max_length=4,
+                                    description="what the key may do (docs/keys.md); scopes do not imply each other")
+
+
+class KeyUpdate(KeyLimits):
+    """Only the fields sent change; a limit or `expires_at` sent as null goes back to the default (never)."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    scopes: list[ScopeName] | None = Field(None, min_length=1, max_length=4)
+
+
+class KeyOut(ResponseModel):
+    id: str
+    object: Literal["api_key"] = "api_key"
+    name: str
+    prefix: str = Field(description="how `keys list` shows it: the key's first characters, never the secret")
+    scopes: list[str]
+    state: Literal["active", "revoked", "expired"]
+    tpm: int | None
+    burst: int | None
+    rpm: int | None
+    max_concurrent: int | None
+    monthly_tokens: int | None
+    created_at: str = Field(description="RFC 3339, UTC")
+    expires_at: str | None
+    revoked_at: str | None
+    secret: str | None = Field(None, description="`sg_live_...`: in the answer that created the key, and only there")
+
+
+class KeyList(ResponseModel):
+    object: Literal["list"] = "list"
+    data: list[KeyOut]
+
+
+__all__ = ["KeyCreate", "KeyList", "KeyOut", "KeyUpdate"]
