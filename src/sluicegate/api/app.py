@@ -18,6 +18,7 @@ from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.cors import Cors
 from sluicegate.api.middleware.deadline import DeadlineMiddleware
+from sluicegate.api.middleware.key_limits import KeyLimitsMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
 from sluicegate.api.middleware.request_context import RequestContextMiddleware
 from sluicegate.api.middleware.tracing import TracingMiddleware
@@ -92,6 +93,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
                        upload_bytes=config.jobs.max_file_bytes)
     app.add_middleware(DeadlineMiddleware, config=config.deadlines)  # the caller's budget, before the body
     app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
+    app.add_middleware(KeyLimitsMiddleware, state=state)  # the key's request counts, before the body is read
     app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused
     app.add_middleware(DrainMiddleware, drain=state.drain)  # in-flight requests; 503 while shutting down
     if config.cors_origins:  # outside auth: a preflight needs no key, and a refusal still carries the CORS headers

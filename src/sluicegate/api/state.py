@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +25,11 @@ from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 from sluicegate.store.db import Store, in_memory
 from sluicegate.store.notify import JOBS, WEBHOOKS, Listener
+from sluicegate.tenancy.budget import MonthlyBudgets
 from sluicegate.tenancy.idempotency import IdempotencyStore, maintain
 from sluicegate.tenancy.key_cache import KeyCache
-from sluicegate.tenancy.ratelimit import RateLimiter, build_rate_limiter
+from sluicegate.tenancy.ratelimit import RateLimiter, build_concurrency_limiter, build_rate_limiter
+from sluicegate.tenancy.ratelimit.concurrency import ConcurrencyLimiter
 from sluicegate.tenancy.usage import UsageLedger
 from sluicegate.upstream import AsyncUpstream, UpstreamRefused, new_http_client
 from sluicegate.webhooks import Webhooks
@@ -43,6 +46,9 @@ class AppState:
     store: Store = field(default_factory=in_memory)  # keys and the usage ledger; the caller owns it
     keys: KeyCache = field(init=False)
     limiter: RateLimiter = field(init=False)  # token buckets per key: in-process, or Redis (--redis-url)
+    concurrency: ConcurrencyLimiter = field(init=False)  # requests in flight per key (api/middleware/key_limits.py)
+    budgets: MonthlyBudgets = field(init=False)  # tokens per calendar month per key, from the usage ledger
+    instance: str = field(default_factory=lambda: secrets.token_hex(6))  # this process, among replicas
     ledger: UsageLedger = field(init=False)
     idempotency: IdempotencyStore = field(init=False)  # Idempotency-Key claims and stored answers
     webhooks: Webhooks = field(init=False)  # endpoints, `emit` for the job system, the delivery dispatcher
@@ -72,6 +78,8 @@ class AppState:
         self.ledger = UsageLedger(self.store, max_pending=self.config.store.usage_max_pending)
         self.keys = self._key_cache()
         self.limiter = build_rate_limiter(self.config.ratelimit)  # opens no connection until first used
+        self.concurrency = build_concurrency_limiter(self.config.ratelimit, self.limiter)
+        self.budgets = MonthlyBudgets(self.store)
         idem = self.config.idempotency
         self.idempotency = IdempotencyStore(self.store, ttl_s=idem.ttl_hours * 3600, lease_s=idem.lease_s)
         self.webhooks = Webhooks(self.store, self.config.webhooks)
@@ -105,6 +113,7 @@ class AppState:
             self._maintenance = None
         await self.idempotency.aclose()
         await asyncio.to_thread(self.ledger.close)
+        await self.concurrency.close()
         await self.limiter.close()
 
     async def load(self) -> None:

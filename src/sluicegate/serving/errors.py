@@ -33,6 +33,7 @@ STATUS: Mapping[str, int] = {
     "method_not_allowed": 405,
     "idempotency_key_in_use": 409,
     "rate_limit_exceeded": 429,
+    "budget_exceeded": 429,
     "request_exceeds_capacity": 413,
     "overloaded": 503,
     "rate_limiter_unavailable": 503,

@@ -26,6 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sluicegate.api.middleware.auth import api_key_of
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.serving.context import TokenUsage
+from sluicegate.serving.errors import ApiError
+from sluicegate.tenancy.budget import BudgetDecision, MonthlyBudgets
 from sluicegate.tenancy.ratelimit import (
     BucketState,
     Decision,
@@ -41,34 +43,64 @@ from sluicegate.tenancy.ratelimit import (
 if TYPE_CHECKING:
     from sluicegate.api.state import AppState
 
+BUDGET = "tokens (prompt plus generated) per calendar month, UTC"
+
+
+def budget_refusal(verdict: BudgetDecision, cost: int) -> ApiError:
+    """429 `budget_exceeded`: the key's monthly budget cannot hold this request; no retry before the month turns
+    (`x-should-retry: false`; Retry-After says when it does)."""
+    return ApiError("budget_exceeded", f"this request may cost {cost} tokens and the key has used {verdict.used} "
+                    f"of its {verdict.budget} {BUDGET}; the budget renews at "
+                    f"{verdict.resets_at.strftime('%Y-%m-%dT%H:%M:%SZ')}", code="monthly_tokens",
+                    retry_after=verdict.reset_in_s(), headers={"x-should-retry": "false"})
+
 log = logging.getLogger("sluicegate.ratelimit")
 
 
 class KeyAdmission:
     """One request's reservation against its key's bucket (the serving core's `Admission`)."""
 
-    def __init__(self, limiter: RateLimiter, key_id: str, limit: TokenLimit) -> None:
+    def __init__(self, limiter: RateLimiter, key_id: str, limit: TokenLimit | None,
+                 budgets: MonthlyBudgets | None = None, budget: int | None = None) -> None:
         self._limiter = limiter
         self._key = key_id
         self._limit = limit
+        self._budgets = budgets if budget is not None else None
+        self._budget = budget
+        self._budgeted = 0  # tokens reserved against the monthly budget
         self.decision: Decision | None = None
-        self.remote = limiter.remote
+        self.remote = limiter.remote and limit is not None
         self._given_back: BucketState | None = None  # the bucket once a reservation was given back (`cancel`)
 
     async def reserve(self, cost: int, param: str | None = None) -> None:
+        if self._budgets is not None and self._budget is not None:
+            verdict = await self._budgets.reserve(self._key, self._budget, cost)
+            if not verdict.allowed:
+                raise budget_refusal(verdict, cost)
+            self._budgeted = cost
+        if self._limit is None:
+            return
         try:
             decision = await self._limiter.reserve(self._key, cost, self._limit)
         except RateLimiterUnavailable:
+            self._give_back_budget(0)
             raise unavailable_error() from None
         self.decision = decision
         if not decision.allowed:
+            self._give_back_budget(0)
             raise refusal_error(decision, param=param)
+
+    def _give_back_budget(self, used: int) -> None:
+        if self._budgets is not None and self._budgeted:
+            self._budgets.settle(self._key, self._budgeted, used)
+            self._budgeted = 0
 
     async def cancel(self) -> None:
         """Give the reservation back now: the request will not run (its Idempotency-Key's stored answer is
         replayed, or the key is another request's), so its response shows the bucket without it."""
+        self._give_back_budget(0)
         reserved = self.decision.reserved if self.decision is not None else 0
-        if reserved == 0:
+        if reserved == 0 or self._limit is None:
             return
         try:
             self._given_back = await self._limiter.settle(self._key, reserved, 0, self._limit)
@@ -78,6 +110,8 @@ class KeyAdmission:
         self.decision = None
 
     async def headers(self) -> dict[str, str]:
+        if self._limit is None:
+            return {}
         if self.decision is not None:
             return rate_limit_headers(self.decision)
         if self._given_back is not None:
@@ -88,10 +122,11 @@ class KeyAdmission:
             return {}
 
     async def settle(self, used: TokenUsage) -> None:
-        reserved = self.decision.reserved if self.decision is not None else 0
-        if reserved == 0:
-            return
         actual = used.prompt_tokens + used.generated_tokens
+        self._give_back_budget(actual)
+        reserved = self.decision.reserved if self.decision is not None else 0
+        if reserved == 0 or self._limit is None:
+            return
         try:
             await self._limiter.settle(self._key, reserved, actual, self._limit)
         except RateLimiterUnavailable:
@@ -107,11 +142,11 @@ class RateLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = api_key_of(scope) if scope["type"] == "http" else None
         limit = resolve_limit(key.tpm, key.burst, self.state.config.ratelimit) if key is not None else None
-        if key is None or limit is None:
+        if key is None or (limit is None and key.monthly_tokens is None):
             await self.app(scope, receive, send)
             return
         ctx = context_of(scope)
-        admission = KeyAdmission(self.state.limiter, key.id, limit)
+        admission = KeyAdmission(self.state.limiter, key.id, limit, self.state.budgets, key.monthly_tokens)
         ctx.admission = admission
 
         async def send_with_headers(message: Message) -> None:

@@ -17,6 +17,7 @@ from sluicegate.tenancy.ratelimit.limiter import (
     InProcessRateLimiter,
     RateLimiter,
     RateLimiterUnavailable,
+    build_concurrency_limiter,
     build_rate_limiter,
     resolve_limit,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "RateLimiterUnavailable",
     "TokenBuckets",
     "TokenLimit",
+    "build_concurrency_limiter",
     "build_rate_limiter",
     "go_duration",
     "rate_limit_headers",

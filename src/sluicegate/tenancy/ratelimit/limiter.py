@@ -15,10 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sluicegate.config import RateLimitConfig
 from sluicegate.tenancy.ratelimit.bucket import BucketState, Decision, Outcome, TokenBuckets, TokenLimit
+
+if TYPE_CHECKING:
+    from sluicegate.tenancy.ratelimit.concurrency import ConcurrencyLimiter
 
 log = logging.getLogger("sluicegate.ratelimit")
 
@@ -158,3 +161,23 @@ def build_rate_limiter(config: RateLimitConfig) -> RateLimiter:
 
         limiter = RedisRateLimiter.from_config(config)
     return FailOpen(limiter) if config.fail_open else limiter
+
+
+def build_concurrency_limiter(config: RateLimitConfig, limiter: RateLimiter) -> ConcurrencyLimiter:
+    """Requests in flight per key: in process, or in the same Redis (and connection pool) as `limiter`'s buckets;
+    failing open as `limiter` does."""
+    from sluicegate.tenancy.ratelimit.concurrency import (
+        FailOpenConcurrency,
+        InProcessConcurrency,
+        RedisConcurrency,
+    )
+
+    inner = limiter.inner if isinstance(limiter, FailOpen) else limiter
+    client = getattr(inner, "client", None)
+    made: ConcurrencyLimiter
+    if client is None:
+        made = InProcessConcurrency()
+    else:
+        made = RedisConcurrency(client, key_prefix=config.key_prefix, lease_s=config.concurrency_lease_s,
+                                op_timeout_s=config.op_timeout_s)
+    return FailOpenConcurrency(made) if config.fail_open else made
