@@ -24,12 +24,30 @@ def test_a_server_logging_json_writes_only_json_and_every_request_line_has_its_i
         bad = httpx.post(f"{server.url}/v1/generate", json={"prompt": PROMPT, "max_new_tokens": 0},
                          headers={"X-Request-Id": "req-log-2"}, timeout=60)
         assert bad.status_code == 422
+        body = {"model": "reference", "prompt": PROMPT, "max_tokens": 3, "stream": True}
+        with httpx.stream("POST", f"{server.url}/v1/completions", json=body, headers={"X-Request-Id": "req-log-3"},
+                          timeout=60) as streamed:
+            assert streamed.status_code == 200
+            streamed.read()
     text = server.log()
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]  # every line parses
     assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
-    for rid in ("req-log-1", "req-log-2"):
+    access = {}
+    for rid in ("req-log-1", "req-log-2", "req-log-3"):
         mine = [line for line in lines if line.get("request_id") == rid]
-        assert any(line["logger"] == "sluicegate.access" for line in mine), rid
+        found = [line for line in mine if line["logger"] == "sluicegate.access"]
+        assert len(found) == 1, rid
+        access[rid] = found[0]
+    one = access["req-log-1"]
+    assert (one["route"], one["method"], one["status"], one["key_id"]) == ("/v1/generate", "POST", 200, None)
+    assert one["prompt_tokens"] > 0 and one["completion_tokens"] == 2 and one["cached_tokens"] >= 0
+    assert one["finish_reason"] in ("length", "stop") and one["duration_ms"] > 0
+    assert {"queue_ms", "prefill_ms", "decode_ms"} <= one.keys()
+    refused = access["req-log-2"]
+    assert refused["status"] == 422 and refused["completion_tokens"] == 0 and "finish_reason" not in refused
+    streamed_line = access["req-log-3"]
+    assert streamed_line["route"] == "/v1/completions" and streamed_line["completion_tokens"] > 0
+    assert "decode_ms" in streamed_line and streamed_line["finish_reason"] in ("length", "stop")
     assert PROMPT not in text and "sk-secret-never-logged" not in text
     assert any(line["logger"].startswith("uvicorn") for line in lines)  # uvicorn's own lines, in the same format
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sluicegate.engine.types import Priority
+from sluicegate.engine.types import Priority, RequestOutput
 
 _serial = itertools.count(1)
 
@@ -73,6 +73,7 @@ class RequestContext:
     admission: Admission | None = None  # reserved against with the request's cost before the engine sees it
     gate: Callable[[], Awaitable[None]] | None = None  # passed, with the reservation, before the engine sees it
     serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
+    finals: list[RequestOutput | None] | None = None  # each engine run's last output once it ends (the access log)
 
     @property
     def engine_id(self) -> str:

@@ -250,6 +250,7 @@ async def start_runs(
             ))
             cost += len(ids) + new
     runs = Runs(model.engine, requests, cost)
+    ctx.finals = runs.finals  # filled as the runs end: the access log's finish reason and stage times
     await admit(ctx, cost, new_param)
     try:
         runs.start()

@@ -4,7 +4,9 @@ A caller's `X-Request-Id` is kept when it is 1-128 characters of letters, digits
 otherwise one is generated. The id is in every response header and every error body.
 
 One access line per request, at info: id, method, path, status, time, and how it ended when it did not end
-normally. A client that leaves mid-body (Starlette's `ClientDisconnect` from reading the body) is not an
+normally; in a JSON log (`--log-format json`) also the route, the key's id, the prompt, cached and completion
+tokens, the first run's queue, prefill and decode milliseconds and its finish reason (`access_fields`).
+A client that leaves mid-body (Starlette's `ClientDisconnect` from reading the body) is not an
 error: its line says so with status 499 (nginx's "client closed request"), and `on_disconnect("body")`
 counts it; one that leaves before the answer ended counts as `"answer"`. A request that the connection layer
 answered itself (a body timeout: `CLOSED_BY`) logs that status; one cut by the shutdown drain (`CUT`) logs
@@ -23,7 +25,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluicegate.api.envelope import INTERNAL, send_error
-from sluicegate.serving.context import RequestContext
+from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.serving.errors import STATUS, ApiError
 from sluicegate.telemetry.logs import REQUEST_ID
 
@@ -46,6 +48,31 @@ def request_id_from(headers: list[tuple[bytes, bytes]] | None) -> str:
         if name == b"x-request-id":
             return value.decode() if _VALID_ID.match(value) else new_request_id()
     return new_request_id()
+
+
+def access_fields(scope: Scope, ctx: RequestContext, status: int, total_ms: float,
+                  outcome: str | None) -> dict[str, object]:
+    """The access line's fields for a JSON log (telemetry/logs.py): who, what, how it ended, what it cost and
+    where the time went. Never a header, a body, a prompt or a key (the key's id is public: docs/keys.md)."""
+    route = getattr(scope.get("route"), "path", None)
+    fields: dict[str, object] = {"event": "access", "method": scope.get("method", ""), "path": scope.get("path", ""),
+                                 "route": route, "status": status, "duration_ms": round(total_ms, 1),
+                                 "key_id": ctx.key_id}
+    try:
+        usage = ctx.usage or (ctx.meter() if ctx.meter is not None else TokenUsage())
+    except Exception:  # a meter over runs that never started: nothing was processed
+        usage = TokenUsage()
+    fields.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.generated_tokens,
+                  cached_tokens=usage.cached_tokens)
+    first = next((f for f in ctx.finals or () if f is not None), None)
+    if first is not None and first.finish_reason is not None:
+        fields["finish_reason"] = first.finish_reason.value
+    if first is not None and first.timing is not None:
+        t = first.timing
+        fields.update(queue_ms=round(t.queue_ms, 1), prefill_ms=round(t.prefill_ms, 1), decode_ms=round(t.decode_ms, 1))
+    if outcome:
+        fields["outcome"] = outcome
+    return fields
 
 
 def context_of(scope: Scope) -> RequestContext:
@@ -112,10 +139,12 @@ class RequestContextMiddleware:
                 raise
         finally:
             cut = state.get(CUT)
+            total_ms = (time.perf_counter() - start) * 1e3
             log.log(
                 logging.WARNING if cut else logging.INFO, "%s %s %s %d %.1fms%s%s", request_id,
-                scope.get("method", ""), scope.get("path", ""), status, (time.perf_counter() - start) * 1e3,
+                scope.get("method", ""), scope.get("path", ""), status, total_ms,
                 outcome, " cut by the shutdown after the drain time" if cut else "",
+                extra={"fields": access_fields(scope, ctx, status, total_ms, outcome.strip() or None)},
             )
             REQUEST_ID.reset(id_token)
 
