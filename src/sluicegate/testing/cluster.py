@@ -21,7 +21,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +49,23 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
     pem.write_bytes(cert.read_bytes() + key.read_bytes())
     pem.chmod(0o600)
     return pem, cert
+
+
+def _wait(check: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path, timeout: float, what: str) -> None:
+    """Until `check()` holds (a refused connection counts as not yet); fails when `proc` exits or at `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what}: the process exited with {proc.returncode}:\n"
+                               f"{log.read_text(errors='replace')[-4000:]}")
+        try:
+            if check():
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} in {timeout} s")
+        time.sleep(0.1)
 
 
 @dataclass
@@ -117,20 +134,12 @@ class Cluster:
             r.proc = subprocess.Popen(self._command(r), stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def wait_ready(self, r: Replica, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert r.proc is not None
-            if r.proc.poll() is not None:
-                raise RuntimeError(f"replica {r.index} exited with {r.proc.returncode}:\n"
-                                   f"{r.log_path.read_text(errors='replace')[-4000:]}")
-            try:
-                if httpx.get(f"{r.url}/readyz", timeout=2.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"replica {r.index} not ready in {timeout} s")
-            time.sleep(0.1)
+        assert r.proc is not None
+
+        def ready() -> bool:
+            return httpx.get(f"{r.url}/readyz", timeout=2.0).status_code == 200
+
+        _wait(ready, r.proc, r.log_path, timeout, f"replica {r.index} not ready")
 
     def _start_haproxy(self) -> None:
         pem, cert = make_certificate(self.directory)
@@ -159,21 +168,14 @@ class Cluster:
         return out
 
     def wait_in_rotation(self, indexes: Sequence[int] | range, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
+        assert self.haproxy is not None
         want = {f"r{i + 1}" for i in indexes}
-        while True:
-            assert self.haproxy is not None
-            if self.haproxy.poll() is not None:
-                raise RuntimeError(f"haproxy exited:\n{(self.directory / 'haproxy.log').read_text()[-4000:]}")
-            try:
-                states = self.rotation()
-                if all(states.get(s) == "UP" for s in want):
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"replicas {sorted(want)} not in rotation in {timeout} s")
-            time.sleep(0.1)
+
+        def up() -> bool:
+            states = self.rotation()
+            return all(states.get(s) == "UP" for s in want)
+
+        _wait(up, self.haproxy, self.directory / "haproxy.log", timeout, f"replicas {sorted(want)} not in rotation")
 
     def stop(self, i: int, sig: signal.Signals = signal.SIGTERM, timeout: float = 120.0) -> int:
         """Signal replica `i` and wait for its exit; its exit status."""

@@ -49,6 +49,14 @@ class ConcurrencyLimiter(Protocol):
     async def close(self) -> None: ...
 
 
+def _forget(held: dict[str, set[str]], key: str, holder: str) -> None:
+    holders = held.get(key)
+    if holders is not None:
+        holders.discard(holder)
+        if not holders:
+            del held[key]
+
+
 class InProcessConcurrency:
     def __init__(self) -> None:
         self._held: dict[str, set[str]] = defaultdict(set)
@@ -61,11 +69,7 @@ class InProcessConcurrency:
         return Slot(True, len(held), limit)
 
     async def release(self, key: str, holder: str) -> None:
-        held = self._held.get(key)
-        if held is not None:
-            held.discard(holder)
-            if not held:
-                del self._held[key]
+        _forget(self._held, key, holder)
 
     async def close(self) -> None:
         self._held.clear()
@@ -121,11 +125,7 @@ class RedisConcurrency:
         return Slot(bool(int(granted)), int(n), limit)
 
     async def release(self, key: str, holder: str) -> None:
-        held = self._held.get(key)
-        if held is not None:
-            held.discard(holder)
-            if not held:
-                del self._held[key]
+        _forget(self._held, key, holder)
         try:
             await self._run(self.client.zrem(self.prefix + key, holder))
         except RateLimiterUnavailable:  # its lease runs out instead
