@@ -69,3 +69,4 @@ def test_bad_input_is_refused_naming_the_field(db_url: str) -> None:
             assert made["scopes"] == ["generate"]
             r = c.patch(f"{BASE}/{made['id']}", json={"name": None})
             assert r.status_code == 422 and r.json()["error"]["param"] == "name"
+            assert c.post(BASE, json={"name": "z", "expires_at": "2099-01-01t00:00:00.1234567z"}).status_code == 201

@@ -46,8 +46,8 @@ MODEL = "reference"
 VOCAB_ID = "^(0|[1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-7])$"  # the reference model's token ids, 0..257
 MAX_NEW = 4
 SEED = 20261130
-POSITIVE_EXAMPLES = {"POST": 40, "GET": 10, "DELETE": 5}
-NEGATIVE_EXAMPLES = {"POST": 25, "GET": 10, "DELETE": 5}
+POSITIVE_EXAMPLES = {"POST": 40, "GET": 10, "PATCH": 10, "DELETE": 5}
+NEGATIVE_EXAMPLES = {"POST": 25, "GET": 10, "PATCH": 10, "DELETE": 5}
 
 # Refusals of schema-valid requests that the document names as rules JSON Schema cannot state (see each request
 # schema's description): error `code` -> (the `param` it must name, or None: checked otherwise; the rule).
@@ -61,9 +61,11 @@ EXCLUDED: dict[str, tuple[str | None, str]] = {
     "unsupported_schema": (None, "the JSON Schema subset the grammar engine enforces is not itself a JSON Schema"),
     "invalid_cursor": ("after", "a cursor must name a stored prediction of the key: state, not a schema rule"),
     "too_many_endpoints": ("url", "a key's count of webhook endpoints is stored state, not a property of a request"),
+    "expires_in_past": ("expires_at", "a time in the future: the schema has no clock"),
+    "key_revoked": ("key_id", "a revoked key cannot change: stored state"),
 }
 DESCRIBED = ("GenerateRequest", "ChatCompletionRequest", "CompletionRequest", "WebhookEndpointCreate",
-             "DetokenizeRequest")
+             "DetokenizeRequest", "KeyCreate", "KeyUpdate")
 # An address as a literal (a test server resolves no names: a rule of the network, not the schema), in
 # TEST-NET-1, which the server is told to allow and which routes nowhere: no event leaves the machine.
 WEBHOOK_NET = "192.0.2.0/24"

@@ -26,7 +26,13 @@ class KeyLimits(StrictModel):
                                    json_schema_extra={"format": "date-time"})
 
 
+RULES = ("Rules this schema cannot state: `expires_at` must be in the future (`expires_in_past`, param "
+         "`expires_at`)")
+
+
 class KeyCreate(KeyLimits):
+    model_config = KeyLimits.model_config | {"json_schema_extra": {"description": RULES + "."}}
+
     name: str = Field(min_length=1, max_length=200, description="what the key is for")
     scopes: list[ScopeName] = Field(["generate"], min_length=1, max_length=4,
                                     description="what the key may do (docs/keys.md); scopes do not imply each other")
@@ -35,8 +41,13 @@ class KeyCreate(KeyLimits):
 class KeyUpdate(KeyLimits):
     """Only the fields sent change; a limit or `expires_at` sent as null goes back to the default (never)."""
 
-    name: str | None = Field(None, min_length=1, max_length=200)
-    scopes: list[ScopeName] | None = Field(None, min_length=1, max_length=4)
+    model_config = KeyLimits.model_config | {"json_schema_extra": {"description": (
+        "Only the fields sent change; a limit or `expires_at` sent as null goes back to the default (never). "
+        + RULES + "; a revoked key cannot change (`key_revoked`).")}}
+
+    # may be left out (only the fields sent change), never null
+    name: str = Field(default_factory=str, min_length=1, max_length=200)
+    scopes: list[ScopeName] = Field(default_factory=list, min_length=1, max_length=4)
 
 
 class KeyOut(ResponseModel):

@@ -222,6 +222,10 @@ def check_limits(**limits: int | None) -> None:
             raise ValueError(f"{label} must be a positive whole number")
 
 
+class KeyRevoked(ValueError):
+    """A revoked key cannot change."""
+
+
 def update_key(store: Store, key_id: str, changes: dict[str, object]) -> KeyRecord | None:
     """Change a key's name, scopes, limits (None: back to the server's default) or expiry (None: never); only
     the fields in `changes`. A revoked key cannot change. None: no such key; ValueError: a bad value."""
@@ -250,7 +254,7 @@ def update_key(store: Store, key_id: str, changes: dict[str, object]) -> KeyReco
         if row is None:
             return None
         if row.revoked_at is not None:
-            raise ValueError("a revoked key cannot change")
+            raise KeyRevoked("a revoked key cannot change")
         if values:
             s.execute(update(ApiKey).where(ApiKey.id == key_id).values(**values))
             s.expire(row)
@@ -306,6 +310,7 @@ __all__ = [
     "KEY_PATTERN",
     "PREFIX",
     "KeyRecord",
+    "KeyRevoked",
     "Scope",
     "acceptable",
     "any_keys",

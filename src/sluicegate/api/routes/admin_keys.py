@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import re
 from collections.abc import Callable
 from typing import Literal, TypeVar, cast
 
@@ -42,6 +43,8 @@ def key_out(r: k.KeyRecord, secret: str | None = None) -> KeyOut:
 async def _store(request: Request, call: Callable[..., T], *args: object, **kw: object) -> T:
     try:
         return await asyncio.to_thread(call, app_state(request).store, *args, **kw)
+    except k.KeyRevoked as exc:
+        raise ApiError("invalid_request", str(exc), param="key_id", code="key_revoked") from None
     except ValueError as exc:  # the rules of tenancy/keys.py: the message names the field
         raise ApiError("invalid_request", str(exc), code="invalid_value") from None
     except Exception:
@@ -50,10 +53,14 @@ async def _store(request: Request, call: Callable[..., T], *args: object, **kw: 
 
 
 def _future(text: str | None) -> dt.datetime | None:
+    """An RFC 3339 time in the future, UTC (`Z`, `z` and a `t` separator allowed; fractions to the microsecond)."""
     if text is None:
         return None
+    norm = re.sub(r"[zZ]$", "+00:00", text.strip())
+    norm = re.sub(r"^(\d{4}-\d{2}-\d{2})[tT ]", r"\1T", norm)
+    norm = re.sub(r"(\.\d{6})\d+", r"\1", norm)
     try:
-        at = dt.datetime.fromisoformat(text)
+        at = dt.datetime.fromisoformat(norm)
     except ValueError:
         raise ApiError("invalid_request", "expires_at is not an RFC 3339 time (2027-01-31T00:00:00Z)",
                        param="expires_at", code="invalid_value") from None
@@ -62,7 +69,7 @@ def _future(text: str | None) -> dt.datetime | None:
                        param="expires_at", code="invalid_value")
     if at <= dt.datetime.now(dt.UTC):
         raise ApiError("invalid_request", "expires_at must be in the future", param="expires_at",
-                       code="invalid_value")
+                       code="expires_in_past")
     return at.astimezone(dt.UTC)
 
 
@@ -114,9 +121,6 @@ async def update(request: Request, key_id: str) -> Response:
     require_json(request)
     req = validate(parse_json(await request.body()), KeyUpdate)
     changes: dict[str, object] = {name: getattr(req, name) for name in req.model_fields_set}
-    for name in ("name", "scopes"):
-        if name in changes and changes[name] is None:
-            raise ApiError("invalid_request", f"{name} cannot be null", param=name, code="invalid_value")
     if "expires_at" in changes:
         changes["expires_at"] = _future(req.expires_at)
     record = await _store(request, k.update_key, key_id[:64], changes)
