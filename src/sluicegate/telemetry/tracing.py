@@ -113,6 +113,11 @@ def engine_stages(request_id: str, run: int, queue_ms: float, prefill_ms: float,
     end = time.time_ns()
     cuts = [end - int((decode_ms + prefill_ms + queue_ms) * 1e6), end - int((decode_ms + prefill_ms) * 1e6),
             end - int(decode_ms * 1e6), end]
+    # The engine's queue clock starts when the request arrived, a few microseconds before the server span did, and
+    # the wall clock is not the monotonic one it measured with: a stage never starts before the span it is under.
+    floor = getattr(trace.get_current_span(), "start_time", None)
+    if isinstance(floor, int):
+        cuts = [max(c, floor) for c in cuts]
     for k, name in enumerate(("queue", "prefill", "decode")):
         s = t.start_span(name, start_time=cuts[k], attributes={REQUEST_ID: request_id, "sluicegate.run": run})
         s.end(end_time=cuts[k + 1])
