@@ -201,6 +201,73 @@ def test_forced_tool_call(client: openai.OpenAI) -> None:
     jsonschema.validate(json.loads(call.function.arguments), WEATHER)
 
 
+AUTO_TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": WEATHER},
+    }
+]
+
+
+def weather_turn(city: str, i: int) -> list[Any]:
+    """One earlier exchange in which the assistant called get_weather: the model sees the call syntax in use."""
+    args = json.dumps({"city": city, "unit": "celsius"})
+    return [
+        {"role": "user", "content": f"What is the weather in {city}?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": "get_weather", "arguments": args}}]},
+        {"role": "tool", "tool_call_id": f"call_{i}", "content": "4 degrees, rain"},
+    ]
+
+
+def test_tools_auto_calls_or_answers(client: openai.OpenAI) -> None:
+    """Tools without tool_choice (OpenAI's default, `auto`): the model decides; a call is always valid."""
+    client = client.with_options(timeout=600)  # a deadline a loaded machine cannot miss: behaviour, not speed
+    history = weather_turn("Oslo", 1)
+    out = client.chat.completions.create(
+        model=MODEL, messages=[*history, *user("What is the weather in Paris?")], max_tokens=60, temperature=0,
+        tools=AUTO_TOOLS,
+    )
+    c = out.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.tool_calls, c
+    (call,) = c.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments)["city"] == "Paris"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+    out = client.chat.completions.create(
+        model=MODEL, messages=[*history, *user("What is the capital of Italy?")], max_tokens=60, temperature=0,
+        tools=AUTO_TOOLS, tool_choice="auto",
+    )
+    c = out.choices[0]
+    assert c.finish_reason in ("stop", "length") and c.message.tool_calls is None
+    assert c.message.content and "Rome" in c.message.content
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_streamed_tool_calls_equal_whole_ones(client: openai.OpenAI, choice: Any) -> None:
+    """The client's stream helper accumulates OpenAI's deltas (index, id and name, then arguments in pieces)
+    into the very calls a non-streamed request returns."""
+    client = client.with_options(timeout=600)
+    args: dict[str, Any] = {
+        "model": MODEL, "messages": [*weather_turn("Oslo", 1), *user("What is the weather in Paris?")],
+        "max_tokens": 60, "temperature": 0, "tools": AUTO_TOOLS, "tool_choice": choice,
+    }
+    whole = client.chat.completions.create(**args).choices[0]
+    assert whole.finish_reason == "tool_calls" and whole.message.tool_calls
+    pieces: list[Any] = []
+    with client.chat.completions.stream(**args) as s:
+        for event in s:
+            if event.type == "chunk" and event.chunk.choices and event.chunk.choices[0].delta.tool_calls:
+                pieces += event.chunk.choices[0].delta.tool_calls
+        final = s.get_final_completion().choices[0]
+    assert final.finish_reason == "tool_calls" and final.message.content == whole.message.content
+    assert [(c.function.name, c.function.arguments) for c in final.message.tool_calls or ()] == [
+        (c.function.name, c.function.arguments) for c in whole.message.tool_calls
+    ]
+    assert pieces[0].id and pieces[0].function and pieces[0].function.name == "get_weather"
+    assert all(p.id is None for p in pieces[1:])
+
+
 def test_error_classes(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(model=MODEL, messages=user("x"), modalities=["audio"])

@@ -95,6 +95,16 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         "<|im_start|>assistant\n",
     ),
     (
+        "tool_auto",
+        {"messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": [TOOL]},
+        DEFAULT_SYSTEM + "<|im_start|>user\nWeather in Oslo?\n\n"
+        "You can call these functions (their arguments are described by JSON Schema):\n"
+        '{"name": "get_weather", "description": "Weather now", "parameters": {"type": "object", '
+        '"properties": {"city": {"type": "string"}}}}\n'
+        'To call a function, write <tool_call>{"name": <function name>, "arguments": <its arguments>}'
+        "</tool_call>; otherwise answer in text.<|im_end|>\n<|im_start|>assistant\n",
+    ),
+    (
         "tool_history",
         {
             "messages": [
@@ -116,7 +126,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
             "tool_choice": "none",
         },
         DEFAULT_SYSTEM + "<|im_start|>user\nWeather?<|im_end|>\n"
-        '<|im_start|>assistant\n{"name": "get_weather", "arguments": {"city": "Oslo"}}<|im_end|>\n'
+        '<|im_start|>assistant\n<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+        "<|im_end|>\n"
         "<|im_start|>tool\n12 C\n\n"
         "You can call these functions (their arguments are described by JSON Schema):\n"
         '{"name": "get_weather", "description": "Weather now", "parameters": {"type": "object", '

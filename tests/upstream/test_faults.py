@@ -237,3 +237,15 @@ def _eventually(cond: Callable[[], bool], timeout: float = 30.0) -> None:
     while not cond():
         assert time.monotonic() < end, "condition never became true"
         time.sleep(0.01)
+
+
+def test_tool_choice_auto_is_refused_by_name_through_an_upstream(fake: FakeUpstream) -> None:
+    """`auto`'s grammar is no JSON schema an upstream engine could be sent: refused up front, by name."""
+    tools = [{"type": "function", "function": {"name": "clock", "parameters": {"type": "object"}}}]
+    with stack(fake) as url:
+        for choice in ({}, {"tool_choice": "auto"}):
+            body = {"model": "fake", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
+                    "tools": tools, **choice}
+            r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_for_model", r.text
+            assert r.json()["error"]["param"] == "tool_choice"

@@ -197,7 +197,8 @@ def chat_probes(opts: ProbeOptions) -> list[Probe]:
             True,
             "a schema that is not one",
         ),
-        probe("tools_auto", t.encode(tools=[_TOOL]), True, "tool_choice auto (the default) is refused"),
+        probe("tools_auto", t.encode(tools=[_TOOL], max_tokens=4), False, "tool_choice auto, the default"),
+        probe("tools_auto_stop", t.encode(tools=[_TOOL], stop=["}"]), True, "stop could cut a call"),
         probe(
             "tools_required",
             t.encode(tools=[_TOOL], tool_choice="required", max_tokens=4),

@@ -138,9 +138,10 @@ class NamedToolChoice(StrictModel):
     function: NamedFunction
 
 
-# "auto" is refused by name (chat_refusal says why), so the schema does not list it.
-ToolChoice = Literal["none", "required"] | NamedToolChoice
-_FORCED_CALL: JsonDict = {"anyOf": [{"const": "required"}, {"type": "object"}]}
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+# Tools with any choice but "none" (including none given: "auto") make the output tool calls.
+_TOOL_CALLS: JsonDict = {"allOf": [present("tools", {"type": "array"}),
+                                   {"not": present("tool_choice", {"const": "none"})}]}
 _JSON_FORMAT: JsonDict = {"type": "object", "properties": {"type": {"enum": ["json_object", "json_schema"]}}}
 
 # Combinations the server refuses (serving/openai_chat.py), stated where JSON Schema can state them.
@@ -149,8 +150,7 @@ CHAT_RULES: list[JsonValue] = [
     when(present("top_logprobs", {"type": "integer"}), present("logprobs", {"const": True})),
     when(present("max_tokens", {"type": "integer"}), {"properties": {"max_completion_tokens": {"type": "null"}}}),
     when(present("tool_choice", NOT_NULL), present("tools", {"type": "array"})),
-    when(present("tools", {"type": "array"}), present("tool_choice", NOT_NULL)),
-    when(present("tool_choice", _FORCED_CALL), {"properties": {
+    when(_TOOL_CALLS, {"properties": {
         "response_format": {"anyOf": [{"type": "null"}, {"properties": {"type": {"const": "text"}}}]},
         "stop": NULL_OR_EMPTY}}),
     when(present("response_format", _JSON_FORMAT), {"properties": {"stop": NULL_OR_EMPTY}}),
@@ -158,8 +158,8 @@ CHAT_RULES: list[JsonValue] = [
 CHAT_DESCRIPTION = (
     "Refused combinations this schema states (`allOf`): `stream_options` without `stream: true`; `top_logprobs` "
     "without `logprobs: true`; both `max_tokens` and `max_completion_tokens`; `tool_choice` without `tools` and "
-    "`tools` without `tool_choice` ('auto', the default, is not supported); a forced call with JSON "
-    "`response_format`; `stop` with JSON output or a forced call. Refused rules it cannot state (400, `code` "
+    "tools that may be called (any `tool_choice` but 'none'; none given is 'auto') with JSON "
+    "`response_format`, or with `stop`; `stop` with JSON output. Refused rules it cannot state (400, `code` "
     "names the rule): a named `tool_choice` not in `tools` (`unknown_function`); two tools with one name "
     "(`duplicate_function`); a last message from the assistant (`unsupported_value`); a `parameters` or "
     "`json_schema.schema` outside the subset the server enforces (`unsupported_schema`); `logit_bias` ids "
@@ -308,15 +308,7 @@ def chat_refusal(body: Mapping[str, Any]) -> Refusal | None:
         return Refusal(
             "tool_choice.type",
             "unsupported_tool_choice",
-            "tool_choice.type is not supported; supported: 'none', 'required', or a named function",
-        )
-    if choice == "auto" or (choice is None and body.get("tools")):
-        return Refusal(
-            "tool_choice",
-            "unsupported_tool_choice",
-            "tool_choice 'auto' (the default with tools) is not supported: this server cannot tell a "
-            "tool call from text without constraining the output; pass 'required', 'none', or "
-            "{'type': 'function', 'function': {'name': ...}}",
+            "tool_choice.type is not supported; supported: 'none', 'auto', 'required', or a named function",
         )
     fmt = body.get("response_format")
     if isinstance(fmt, dict):

@@ -67,6 +67,7 @@ class GrammarConstraint:
         self._eos_only = np.zeros(n_vocab, dtype=bool)
         self._eos_only[sorted(eos_ids)] = True
         self.failed: str | None = None
+        self.refusal_param = "response_format"  # what an upstream engine that cannot take it refuses by name
         self.full_masks = 0  # steps that unpacked the whole mask (bench/constrained.py reports it)
 
     def _mask_bits(self) -> npt.NDArray[np.uint32] | None:
@@ -108,6 +109,8 @@ class GrammarConstraint:
 class Grammar:
     """A compiled grammar for one model; `constraint()` gives each sequence its own state."""
 
+    refusal_param = "response_format"
+
     def __init__(self, runner: ModelRunner, grammar: str, schema: dict[str, Any] | None = None) -> None:
         self.schema = schema
         matcher = llg.LLMatcher(tokenizer_for(runner), grammar, log_level=0, limits=_LIMITS)
@@ -118,7 +121,9 @@ class Grammar:
         self._eos_ids = runner.limits.eos_ids
 
     def constraint(self) -> GrammarConstraint:
-        return GrammarConstraint(self._matcher.deep_copy(), self._n_vocab, self._eos_ids, self.schema)
+        c = GrammarConstraint(self._matcher.deep_copy(), self._n_vocab, self._eos_ids, self.schema)
+        c.refusal_param = self.refusal_param
+        return c
 
 
 def json_schema_grammar(schema: dict[str, Any]) -> str:

@@ -1,17 +1,16 @@
 """`/v1/chat/completions`: validate -> render the template -> budget -> constrain -> submit -> shape.
 
-Tool calls (docs/openai.md): `tool_choice` may be a named function (the output is constrained to that
-function's `parameters` schema and becomes the call's `arguments`), `required` (constrained to
-`{"name": <one of the tools>, "arguments": <its parameters>}`), or `none` (tools are shown, text is
-generated).
-`auto` is refused: without a constraint the server could only guess whether free text is a call.
+Tool calls (docs/openai.md; the grammar and the parser are serving/tool_calls.py, shared by every surface):
+`tool_choice` may be a named function (the output is constrained to that function's `parameters` schema and
+becomes the call's `arguments`), `required` (constrained to `{"name": <one of the tools>, "arguments": <its
+parameters>}`), `auto` (the default with tools: free text, and from the trigger `<tool_call>` on, calls
+constrained as `required`'s), or `none` (tools are shown, text is generated).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -68,13 +67,27 @@ from sluicegate.serving.openai_common import (
     sampling_params,
     usage,
 )
+from sluicegate.serving.tool_calls import (
+    TRIGGER,
+    ArgsPiece,
+    CallStart,
+    Mode,
+    ToolCallParser,
+    ToolSpec,
+    call_schema,
+    compile_auto,
+    instructions,
+    parse,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class ToolMode:
-    """How output becomes a tool call: with `name`, it is the arguments; else a {name, arguments} object."""
+    """How output becomes tool calls (serving/tool_calls.py): `named` (the output is `name`'s arguments),
+    `required` (one {name, arguments} object) or `auto` (text, then calls after the trigger)."""
 
-    name: str | None
+    mode: Mode
+    name: str | None = None
 
 
 @dataclass(slots=True)
@@ -106,36 +119,39 @@ def _tool_list(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     return [t.model_dump(exclude_none=True) for t in req.tools or ()]
 
 
-def _tool_instructions(req: ChatCompletionRequest, native: bool) -> str:
+def _tool_specs(req: ChatCompletionRequest) -> list[ToolSpec]:
+    return [ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in req.tools or ()]
+
+
+def _choice(req: ChatCompletionRequest) -> str | NamedToolChoice | None:
+    """The request's tool choice; with tools and none given, `auto` (OpenAI's default)."""
+    if req.tool_choice is None and req.tools:
+        return "auto"
+    return req.tool_choice
+
+
+def tool_mode(req: ChatCompletionRequest) -> ToolMode | None:
+    choice = _choice(req)
+    if isinstance(choice, NamedToolChoice):
+        return ToolMode("named", choice.function.name)
+    if choice in ("required", "auto"):
+        return ToolMode("required" if choice == "required" else "auto")
+    return None
+
+
+def _tool_instructions(req: ChatCompletionRequest, template: ChatTemplate | None, native: bool) -> str:
     """What this request adds to the prompt about tools (appended to the last message)."""
     if not req.tools:
         return ""
-    lines: list[str] = []
-    if not native:
-        lines.append("You can call these functions (their arguments are described by JSON Schema):")
-        for t in req.tools:
-            fn = t.function
-            spec: dict[str, Any] = {"name": fn.name}
-            if fn.description:
-                spec["description"] = fn.description
-            spec["parameters"] = fn.parameters if fn.parameters is not None else {"type": "object"}
-            lines.append(json.dumps(spec, ensure_ascii=False))
-    choice = req.tool_choice
-    if isinstance(choice, NamedToolChoice):
-        lines.append(
-            f"Call the function {choice.function.name} now: reply with only its arguments, as a JSON object."
-        )
-    elif choice == "required":
-        lines.append(
-            'Call one of these functions now: reply with only {"name": <function name>, '
-            '"arguments": <its arguments>}, as JSON.'
-        )
-    else:
-        lines.append("Do not call a function now; reply in text.")
-    return "\n".join(lines)
+    mode = tool_mode(req)
+    teaches = template is not None and native and TRIGGER in template.source
+    return instructions(_tool_specs(req), "none" if mode is None else mode.mode,
+                        None if mode is None else mode.name, listed=native, template_syntax=teaches)
 
 
-def template_messages(req: ChatCompletionRequest, native_tools: bool) -> list[dict[str, Any]]:
+def template_messages(
+    req: ChatCompletionRequest, native_tools: bool, template: ChatTemplate | None = None
+) -> list[dict[str, Any]]:
     """The request's messages as the template reads them; per-request text is appended to the last one."""
     out: list[dict[str, Any]] = []
     for msg in req.messages:
@@ -155,19 +171,19 @@ def template_messages(req: ChatCompletionRequest, native_tools: bool) -> list[di
                     }
                     for c in msg.tool_calls
                 ]
-            else:
+            else:  # as `auto` writes them, so a conversation shows the model the syntax it uses
                 calls = "\n".join(
-                    json.dumps(
+                    TRIGGER + json.dumps(
                         {"name": c.function.name, "arguments": _arguments_value(c.function.arguments)},
                         ensure_ascii=False,
-                    )
+                    ) + "</tool_call>"
                     for c in msg.tool_calls
                 )
                 item["content"] = f"{text}\n{calls}" if text else calls
         if isinstance(msg, ToolMessage) and native_tools:
             item["tool_call_id"] = msg.tool_call_id
         out.append(item)
-    extra = _tool_instructions(req, native_tools)
+    extra = _tool_instructions(req, template, native_tools)
     if extra:
         last = out[-1]
         last["content"] = f"{last['content']}\n\n{extra}" if last["content"] else extra
@@ -184,7 +200,7 @@ def _check_combinations(req: ChatCompletionRequest) -> None:
         raise bad("stream_options", "stream_options is only allowed when stream is true")
     if req.top_logprobs is not None and not req.logprobs:
         raise bad("top_logprobs", "top_logprobs needs logprobs: true")
-    forced = req.tool_choice is not None and req.tool_choice != "none"
+    forced = tool_mode(req) is not None
     if req.tool_choice is not None and not req.tools:
         raise bad("tool_choice", "tool_choice needs tools")
     if isinstance(req.tool_choice, NamedToolChoice):
@@ -199,10 +215,12 @@ def _check_combinations(req: ChatCompletionRequest) -> None:
         raise bad("tools", "two tools have the same name", code="duplicate_function")
     structured = isinstance(req.response_format, ResponseFormatJsonObject | ResponseFormatJsonSchema)
     if forced and structured:
-        raise bad("response_format", "response_format cannot be combined with a forced tool call")
+        raise bad("response_format", "response_format cannot be combined with tool calls (tools without "
+                  "tool_choice 'none')")
     if req.stop and (forced or structured):
         raise bad(
-            "stop", "stop cannot be combined with JSON output or a forced tool call: it could cut the JSON"
+            "stop", "stop cannot be combined with JSON output or tool calls (tools without tool_choice 'none'): "
+            "it could cut the JSON"
         )
     if req.messages[-1].role == "assistant":
         raise bad(
@@ -220,20 +238,7 @@ def _schema(req: ChatCompletionRequest) -> tuple[dict[str, Any] | None, str]:
         i, tool = next((i, t) for i, t in enumerate(tools) if t.function.name == choice.function.name)
         return tool.function.parameters or {"type": "object"}, f"tools[{i}].function.parameters"
     if choice == "required":
-        return {
-            "anyOf": [
-                {
-                    "type": "object",
-                    "properties": {
-                        "name": {"const": t.function.name},
-                        "arguments": t.function.parameters or {"type": "object"},
-                    },
-                    "required": ["name", "arguments"],
-                    "additionalProperties": False,
-                }
-                for t in tools
-            ]
-        }, "tools"
+        return call_schema(_tool_specs(req)), "tools"
     fmt = req.response_format
     if isinstance(fmt, ResponseFormatJsonSchema):
         return fmt.json_schema.schema_, "response_format.json_schema.schema"
@@ -260,7 +265,7 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
     for i, msg in enumerate(req.messages):
         n_bytes += check_text(_text(msg.content), f"messages[{i}].content")
     model.token_budget.check_prompt_bytes(n_bytes, param="messages")  # the contents alone are this many tokens
-    messages = template_messages(req, template.uses_tools)
+    messages = template_messages(req, template.uses_tools, template)
     prompt = await render(model, template, messages, _tool_list(req) if template.uses_tools else None)
     t = ctx.stage("tokenize", t)
     n_prompt = len(prompt.token_ids)
@@ -268,10 +273,18 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
     new_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     check_tokens(model, n_prompt, requested or 1, prompt_param="messages", new_param=new_param)
     schema, schema_param = _schema(req)
+    tool = tool_mode(req)
     grammar: Grammar | None = None
-    if schema is not None:
+    if tool is not None and tool.mode == "auto":
+        schema_param = "tools"
+    if schema is not None or schema_param == "tools":
         try:
-            grammar = await asyncio.to_thread(compile_json, runner, schema)
+            if schema is None:
+                grammar = await asyncio.to_thread(
+                    compile_auto, runner, _tool_specs(req), req.parallel_tool_calls is not False
+                )
+            else:
+                grammar = await asyncio.to_thread(compile_json, runner, schema)
         except GrammarError:
             raise ApiError(
                 "invalid_request",
@@ -285,11 +298,6 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
         req, model.limits.n_vocab, max_new_tokens=requested or default_new_tokens(model, n_prompt),
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
     )
-    tool = None
-    if req.tool_choice is not None and req.tool_choice != "none":
-        tool = ToolMode(
-            req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
-        )
     runs = await start_runs(
         model, ctx, [prompt.token_ids], params, n=req.n, requested_new=requested, new_param=new_param,
         constraint=None if grammar is None else grammar.constraint, stream=req.stream,
@@ -326,36 +334,33 @@ async def render(
         ) from None
 
 
-def _call_id() -> str:
-    return "call_" + secrets.token_hex(12)
-
-
 def _check_constraint(plan: ChatPlan, i: int) -> None:
     c = plan.runs.requests[i].constraint
     if isinstance(c, GrammarConstraint) and c.failed:
         raise ApiError("internal_error", "internal error; report the request id")
 
 
-def _message(plan: ChatPlan, text: str, reason: FinishReason | None) -> tuple[ChatMessage, OpenAIFinish]:
+def _tool_finish(parser: ToolCallParser, reason: FinishReason | None) -> OpenAIFinish:
+    """`tool_calls` when the output ended after whole calls; a call cut short is `length`."""
     finish = openai_finish(reason)
+    if finish == "stop" and parser.complete_calls():
+        return "tool_calls"
+    return finish
+
+
+def _message(plan: ChatPlan, text: str, reason: FinishReason | None) -> tuple[ChatMessage, OpenAIFinish]:
     tool = plan.tool
     if tool is None:
-        return ChatMessage(content=text), finish
-    if tool.name is not None:
-        call = ToolCallOut(id=_call_id(), function=ToolCallFunctionOut(name=tool.name, arguments=text))
-        return ChatMessage(content=None, tool_calls=[call]), "tool_calls" if finish == "stop" else finish
-    try:
-        obj = json.loads(text)
-        name, args = obj["name"], obj["arguments"]
-    except (ValueError, KeyError, TypeError):
-        return ChatMessage(content=text), finish  # cut short (length): not a call
-    call = ToolCallOut(
-        id=_call_id(),
-        function=ToolCallFunctionOut(
-            name=name, arguments=json.dumps(args, ensure_ascii=False, separators=(", ", ": "))
-        ),
+        return ChatMessage(content=text), openai_finish(reason)
+    parser = parse(tool.mode, text, tool.name)
+    calls = [
+        ToolCallOut(id=c.id, function=ToolCallFunctionOut(name=c.name, arguments=c.arguments))
+        for c in parser.complete_calls()
+    ]
+    return (
+        ChatMessage(content=(parser.content or None) if calls else parser.content, tool_calls=calls or None),
+        _tool_finish(parser, reason),
     )
-    return ChatMessage(content=None, tool_calls=[call]), "tool_calls"
 
 
 async def complete(model: ServedModel, plan: ChatPlan, ctx: RequestContext) -> ChatCompletion:
@@ -414,6 +419,37 @@ class _Chunks:
         return self([ChunkChoice(index=i, delta=delta, logprobs=lps, finish_reason=finish)])
 
 
+def _tool_deltas(events: list[Any]) -> list[ChoiceDelta]:
+    """The deltas of a run of parser events: content and argument pieces merge; each call's start (index,
+    id, name, empty arguments) is a delta of its own, as OpenAI sends it."""
+    deltas: list[ChoiceDelta] = []
+    content = ""
+    calls: list[DeltaToolCall] = []
+
+    def flush() -> None:
+        nonlocal content, calls
+        if content or calls:
+            deltas.append(ChoiceDelta(content=content or None, tool_calls=calls or None))
+        content, calls = "", []
+
+    for e in events:
+        if isinstance(e, CallStart):
+            flush()
+            start = DeltaToolCall(index=e.index, id=e.id, type="function",
+                                  function=DeltaFunction(name=e.name, arguments=""))
+            deltas.append(ChoiceDelta(tool_calls=[start]))
+        elif isinstance(e, ArgsPiece):
+            if calls and calls[-1].index == e.index:
+                joined = calls[-1].function.arguments + e.text
+                calls[-1] = DeltaToolCall(index=e.index, function=DeltaFunction(arguments=joined))
+            else:
+                calls.append(DeltaToolCall(index=e.index, function=DeltaFunction(arguments=e.text)))
+        else:
+            content += e.text
+    flush()
+    return deltas
+
+
 async def stream(
     model: ServedModel, plan: ChatPlan, ctx: RequestContext
 ) -> AsyncIterator[ChatCompletionChunk | str | None]:
@@ -421,9 +457,10 @@ async def stream(
     serialised (a plain text delta: `TextDeltas`). Errors raise ApiError mid-stream; `None` is a heartbeat
     cue (nothing to send for a while).
 
-    Every choice first gets its role (and, for a named tool, the call's id and name); then text deltas (or
-    argument deltas) as the engine releases them; then an empty delta with the finish reason. A `required`
-    tool call is sent whole when its choice ends: it is a call only once it parses. Usage comes last, once.
+    Every choice first gets its role (and, for a named tool, the call's id and name); then text deltas as the
+    engine releases them, or, in a tool mode, what the tool-call parser makes of them: content, each call's
+    index, id and name once its name is written, then its arguments in pieces (OpenAI's deltas); then an
+    empty delta with the finish reason. Usage comes last, once.
     """
     req = plan.request
     chunks = _Chunks(
@@ -435,25 +472,15 @@ async def stream(
     )
     texts = TextDeltas(lambda i, text: chunks.one(i, ChoiceDelta(content=text)))
     tool = plan.tool
-    buffered = ["" for _ in range(req.n)]
+    parsers = [ToolCallParser(tool.mode, tool.name) for _ in range(req.n)] if tool is not None else []
     finals: list[Any] = [None] * req.n
     try:
         for i in range(req.n):
-            if tool is not None and tool.name is not None:
-                yield chunks.one(
-                    i,
-                    ChoiceDelta(
-                        role="assistant",
-                        tool_calls=[
-                            DeltaToolCall(
-                                index=0,
-                                id=_call_id(),
-                                type="function",
-                                function=DeltaFunction(name=tool.name, arguments=""),
-                            )
-                        ],
-                    ),
-                )
+            first = _tool_deltas(parsers[i].start()) if parsers else []
+            if first:
+                yield chunks.one(i, first[0].model_copy(update={"role": "assistant"}))
+            elif parsers:  # no content yet: a message that turns out to be calls only has none (null)
+                yield chunks.one(i, ChoiceDelta(role="assistant"))
             else:
                 yield chunks.one(i, ChoiceDelta(role="assistant", content=""))
         async for ev in plan.runs.events(HEARTBEAT_S):
@@ -466,46 +493,23 @@ async def stream(
                 _check_constraint(plan, i)
                 finals[i] = out
             lps = ChoiceLogprobs(content=chat_logprobs(model.runner, out.logprobs)) if req.logprobs else None
-            if out.text or (lps is not None and lps.content):
-                if tool is None:
-                    yield texts(i, out.text) if lps is None else chunks.one(i, ChoiceDelta(content=out.text), lps=lps)
-                elif tool.name is not None:
-                    yield chunks.one(
-                        i,
-                        ChoiceDelta(
-                            tool_calls=[DeltaToolCall(index=0, function=DeltaFunction(arguments=out.text))]
-                        ),
-                        lps=lps,
-                    )
-                else:
-                    buffered[i] += out.text
-                    if lps is not None and lps.content:
-                        yield chunks.one(i, ChoiceDelta(), lps=lps)
+            if parsers:
+                events = parsers[i].feed(out.text) if out.text else []
+                if out.finished and err is None:
+                    events += parsers[i].finish()
+                deltas = _tool_deltas(events)
+                if lps is not None and lps.content:  # the logprobs ride on the last delta of their text
+                    deltas = deltas or [ChoiceDelta()]
+                for k, delta in enumerate(deltas):
+                    yield chunks.one(i, delta, lps=lps if k == len(deltas) - 1 else None)
+            elif out.text or (lps is not None and lps.content):
+                yield texts(i, out.text) if lps is None else chunks.one(i, ChoiceDelta(content=out.text), lps=lps)
             if err is not None:  # after the text it came with: a merged last delta loses nothing
                 raise err
             if out.finished:
-                finish: OpenAIFinish = openai_finish(out.finish_reason)
-                if tool is not None and tool.name is not None and finish == "stop":
-                    finish = "tool_calls"
-                elif tool is not None and tool.name is None:
-                    message, finish = _message(plan, buffered[i], out.finish_reason)
-                    if message.tool_calls:
-                        call = message.tool_calls[0]
-                        delta = ChoiceDelta(
-                            tool_calls=[
-                                DeltaToolCall(
-                                    index=0,
-                                    id=call.id,
-                                    type="function",
-                                    function=DeltaFunction(
-                                        name=call.function.name, arguments=call.function.arguments
-                                    ),
-                                )
-                            ]
-                        )
-                    else:
-                        delta = ChoiceDelta(content=message.content)
-                    yield chunks.one(i, delta)
+                finish: OpenAIFinish = (
+                    _tool_finish(parsers[i], out.finish_reason) if parsers else openai_finish(out.finish_reason)
+                )
                 yield chunks.one(i, ChoiceDelta(), finish)
         if chunks.include_usage:
             yield chunks([], usage=usage(finals))

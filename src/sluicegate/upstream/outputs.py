@@ -23,7 +23,12 @@ def refuse_unsupported(name: str, req: EngineRequest, token_ids: bool) -> None:
         raise ApiError("invalid_request", f"model {name} is served by an upstream engine that does not return "
                        "token ids, so its logprobs cannot be mapped to tokens here; logprobs are not available "
                        "for it", param="logprobs", code="unsupported_for_model")
-    if req.constraint is not None and (not token_ids or getattr(req.constraint, "schema", None) is None):
+    if req.constraint is not None and getattr(req.constraint, "schema", None) is None:
+        param = getattr(req.constraint, "refusal_param", "response_format")
+        raise ApiError("invalid_request", f"model {name} is served by an upstream engine, which cannot be sent "
+                       f"the grammar this {param} needs; it is not available for this model", param=param,
+                       code="unsupported_for_model")
+    if req.constraint is not None and not token_ids:
         raise ApiError("invalid_request", f"model {name} is served by an upstream engine that does not return "
                        "token ids, so its JSON output cannot be checked here; constrained decoding "
                        "(response_format, tool calls) is not available for it", param="response_format",
