@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from sluicegate.backends.base import ModelRunner
 from sluicegate.engine import FinishReason
 from sluicegate.protocol.openai_chat import (
     AssistantMessage,
@@ -74,8 +75,7 @@ from sluicegate.serving.tool_calls import (
     Mode,
     ToolCallParser,
     ToolSpec,
-    call_schema,
-    compile_auto,
+    compile_tools,
     instructions,
     parse,
 )
@@ -230,21 +230,29 @@ def _check_combinations(req: ChatCompletionRequest) -> None:
         )
 
 
-def _schema(req: ChatCompletionRequest) -> tuple[dict[str, Any] | None, str]:
-    """The JSON schema the output must validate against, and the param to blame if it cannot be compiled."""
-    choice = req.tool_choice
-    tools = req.tools or []
-    if isinstance(choice, NamedToolChoice):
-        i, tool = next((i, t) for i, t in enumerate(tools) if t.function.name == choice.function.name)
-        return tool.function.parameters or {"type": "object"}, f"tools[{i}].function.parameters"
-    if choice == "required":
-        return call_schema(_tool_specs(req)), "tools"
+def _grammar_param(req: ChatCompletionRequest, tool: ToolMode | None) -> str:
+    """The param to blame when the output's grammar cannot be compiled."""
+    if tool is not None and tool.mode == "named":
+        return next(f"tools[{i}].function.parameters" for i, t in enumerate(req.tools or ())
+                    if t.function.name == tool.name)
+    if tool is not None:
+        return "tools"
+    if isinstance(req.response_format, ResponseFormatJsonSchema):
+        return "response_format.json_schema.schema"
+    return "response_format"
+
+
+def _compile(runner: ModelRunner, req: ChatCompletionRequest, tool: ToolMode | None) -> Grammar | None:
+    """The grammar the output is generated under (blocking), or None for free text."""
+    if tool is not None:
+        return compile_tools(runner, _tool_specs(req), tool.mode, tool.name,
+                             parallel=req.parallel_tool_calls is not False)
     fmt = req.response_format
     if isinstance(fmt, ResponseFormatJsonSchema):
-        return fmt.json_schema.schema_, "response_format.json_schema.schema"
+        return compile_json(runner, fmt.json_schema.schema_)
     if isinstance(fmt, ResponseFormatJsonObject):
-        return {"type": "object"}, "response_format"
-    return None, ""
+        return compile_json(runner, {"type": "object"})
+    return None
 
 
 async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestContext) -> ChatPlan:
@@ -272,25 +280,18 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
     requested = req.max_new_tokens
     new_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     check_tokens(model, n_prompt, requested or 1, prompt_param="messages", new_param=new_param)
-    schema, schema_param = _schema(req)
     tool = tool_mode(req)
     grammar: Grammar | None = None
-    if tool is not None and tool.mode == "auto":
-        schema_param = "tools"
-    if schema is not None or schema_param == "tools":
+    if tool is not None or isinstance(req.response_format, ResponseFormatJsonObject | ResponseFormatJsonSchema):
         try:
-            if schema is None:
-                grammar = await asyncio.to_thread(
-                    compile_auto, runner, _tool_specs(req), req.parallel_tool_calls is not False
-                )
-            else:
-                grammar = await asyncio.to_thread(compile_json, runner, schema)
+            grammar = await asyncio.to_thread(_compile, runner, req, tool)
         except GrammarError:
+            param = _grammar_param(req, tool)
             raise ApiError(
                 "invalid_request",
-                f"{schema_param} is not a JSON schema this server can enforce "
+                f"{param} is not a JSON schema this server can enforce "
                 "(see docs/openai.md for the supported subset)",
-                param=schema_param,
+                param=param,
                 code="unsupported_schema",
             ) from None
         ctx.stage("grammar", t)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import llguidance as llg
 
 from sluicegate.backends.base import ModelRunner
-from sluicegate.serving.constraints import JSON_OPTIONS, Grammar, GrammarError
+from sluicegate.serving.constraints import JSON_OPTIONS, Grammar, GrammarError, compile_json
 
 TRIGGER = "<tool_call>"
 END = "</tool_call>"
@@ -88,6 +88,17 @@ def compile_auto(runner: ModelRunner, tools: list[ToolSpec], parallel: bool) -> 
     except (ValueError, TypeError) as exc:
         raise GrammarError(str(exc)) from None
     return AutoGrammar(runner, grammar)
+
+
+def compile_tools(runner: ModelRunner, tools: list[ToolSpec], mode: Mode, name: str | None = None, *,
+                  parallel: bool = True) -> Grammar:
+    """The grammar of a tool mode (blocking: call off the event loop); GrammarError names no parameter, the
+    surface does (a named function's schema, or the tool list)."""
+    if mode == "auto":
+        return compile_auto(runner, tools, parallel)
+    if mode == "named":
+        return compile_json(runner, next(t.schema for t in tools if t.name == name))
+    return compile_json(runner, call_schema(tools))
 
 
 def instructions(tools: list[ToolSpec], mode: Mode | Literal["none"], name: str | None, *,
