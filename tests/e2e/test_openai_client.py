@@ -276,8 +276,8 @@ def test_error_classes(client: openai.OpenAI) -> None:
         client.chat.completions.create(model=MODEL, messages=user("x"), max_tokens=100_000)
     assert window.value.code == "context_length_exceeded"
     with pytest.raises(openai.BadRequestError) as tools:
-        client.chat.completions.create(model=MODEL, messages=user("x"), tools=TOOLS)
-    assert tools.value.param == "tool_choice"
+        client.chat.completions.create(model=MODEL, messages=user("x"), tools=TOOLS, stop=["}"])
+    assert tools.value.code == "invalid_combination" and tools.value.param == "stop"
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="gpt-4o", messages=user("x"))
     assert missing.value.code == "model_not_found"
