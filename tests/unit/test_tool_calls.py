@@ -92,3 +92,14 @@ def test_parse_whole_equals_parse_streamed(mode: Mode, text: str, content: str,
         not done for _, _, done in calls)
     for c in whole.complete_calls():
         json.loads(c.arguments)
+
+
+@pytest.mark.parametrize("text", ["// comment", 'a "quoted" }{ thing', "line\nbreak", "%json {", "ünï 😀", "\\"])
+def test_client_text_in_a_schema_cannot_break_the_grammar(runner: ReferenceRunner, text: str) -> None:
+    """Schemas go into the grammar as JSON (`%json`): nothing in them is read as grammar syntax."""
+    spec = ToolSpec("f", None, {"type": "object", "properties": {"a": {"type": "string", "description": text,
+                                                                      "pattern": "^//[a-z]+$"}}})
+    c = compile_auto(runner, [spec], parallel=False).constraint()
+    assert accepts(c, '<tool_call>{"name": "f", "arguments": {"a": "//ab"}}</tool_call>') and c.is_complete()
+    assert not accepts(compile_auto(runner, [spec], parallel=False).constraint(),
+                       '<tool_call>{"name": "f", "arguments": {"a": "ab"')
