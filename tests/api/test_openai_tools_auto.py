@@ -140,3 +140,15 @@ def test_none_describes_the_tools_and_calls_nothing(caller: TestClient) -> None:
     c = chat(caller, max_tokens=60, seed=1, tool_choice="none").json()["choices"][0]
     assert c["message"]["tool_calls"] is None
     assert c["message"]["content"].startswith("Let me check. <tool_call>")  # just text: nothing is parsed
+
+
+def test_each_choice_parses_its_own_calls(caller: TestClient) -> None:
+    whole = chat(caller, max_tokens=120, seed=4, n=2).json()["choices"]
+    chunks = sse(chat(caller, max_tokens=120, seed=4, n=2, stream=True).text)
+    for i in (0, 1):
+        assert whole[i]["finish_reason"] == "tool_calls" and whole[i]["message"]["content"] == "Let me check."
+        assert [c["function"] for c in streamed_calls(chunks, i)] == [
+            c["function"] for c in whole[i]["message"]["tool_calls"]]
+        finish = [c["choices"][0]["finish_reason"] for c in chunks[:-1]
+                  if c["choices"] and c["choices"][0]["index"] == i and c["choices"][0]["finish_reason"]]
+        assert finish == ["tool_calls"]
