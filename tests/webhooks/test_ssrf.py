@@ -69,3 +69,36 @@ def test_signature_is_standard_webhooks() -> None:
     headers = sign(secret, "evt_1", ts, '{"a":1}')
     assert headers["webhook-signature"].startswith("v1,") and headers["webhook-timestamp"] == str(int(ts.timestamp()))
     assert Webhook(secret).verify('{"a":1}', headers) == {"a": 1}
+
+
+@pytest.mark.parametrize("address", [
+    "64:ff9b::7f00:1",  # NAT64 (RFC 6052) of 127.0.0.1
+    "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254, the metadata service
+    "64:ff9b::a00:7",  # NAT64 of 10.0.0.7
+    "64:ff9b:1::a00:7",  # local-use NAT64 (RFC 8215): whatever it embeds
+    "64:ff9b:1::808:808",
+    "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+    "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+    "2002:c0a8:1::1",  # 6to4 of 192.168.0.1
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
+    "2001:0:808:808:0:f7f7:f7f7:f7f7",  # Teredo: a public server, still refused
+    "::7f00:1",  # IPv4-compatible (deprecated) of 127.0.0.1
+    "::808:808",  # IPv4-compatible of 8.8.8.8: refused as a form, whatever it embeds
+    "::ffff:a9fe:a9fe",  # IPv4-mapped of the metadata service
+])
+def test_translation_prefixes_are_judged_by_what_they_reach(address: str) -> None:
+    """An IPv6 address that a translator turns into an IPv4 one (NAT64, 6to4, Teredo, IPv4-mapped/compatible)
+    reaches what it embeds: a private one is refused, and the forms whose target cannot be judged are refused."""
+    DNS["trans.test"] = [address]
+    assert refused("http://trans.test/") == "url_not_allowed"
+    assert refused(f"http://[{address}]/") == "url_not_allowed"
+
+
+def test_translation_of_a_public_address_passes_and_the_allow_list_sees_the_embedded_one() -> None:
+    """DNS64 on an IPv6-only host synthesises 64:ff9b::<public IPv4> for an IPv4-only receiver: it passes."""
+    for address in ("64:ff9b::808:808", "2002:808:808::1", "::ffff:808:808"):
+        assert target(f"http://[{address}]:8080/h").url == f"http://[{address}]:8080/h"
+    assert target("http://[64:ff9b::a00:7]/", ("10.0.0.0/8",)).host == "[64:ff9b::a00:7]"
+    assert target("http://[2002:a00:7::1]/", ("10.0.0.0/8",)).host == "[2002:a00:7::1]"
+    assert refused("http://[64:ff9b::a00:7]/", ("11.0.0.0/8",)) == "url_not_allowed"
+    assert target("http://[64:ff9b:1::a00:7]/", ("64:ff9b:1::/48",)).host == "[64:ff9b:1::a00:7]"

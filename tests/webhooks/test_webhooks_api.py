@@ -166,6 +166,8 @@ def test_the_address_is_checked_again_at_every_attempt(db_url: str) -> None:
     ("http://169.254.169.254/latest/meta-data", "url_not_allowed"),
     ("http://[::1]/", "url_not_allowed"),
     ("http://[::ffff:127.0.0.1]/", "url_not_allowed"),
+    ("http://[64:ff9b::a9fe:a9fe]/latest/meta-data", "url_not_allowed"),  # NAT64 of the metadata service
+    ("http://[2002:7f00:1::1]/", "url_not_allowed"),  # 6to4 of 127.0.0.1
     ("http://0.0.0.0/", "url_not_allowed"),
     ("http://100.64.0.1/", "url_not_allowed"),
     ("ftp://93.184.216.34/", "invalid_url"),

@@ -6,8 +6,12 @@ could aim it at the server's own network (a cloud metadata service at 169.254.16
 
 - the URL is `http` or `https`, with a host, no user name or password, at most 2048 characters;
 - its host is resolved, and every address it resolves to must be global (not private, loopback, link-local,
-  shared, multicast, reserved or unspecified; an IPv4-mapped IPv6 address is judged as its IPv4 address),
-  unless an operator's allow-list (`WebhookConfig.allow_networks`, `serve --webhook-allow-network`) holds it;
+  shared, multicast, reserved or unspecified), unless an operator's allow-list
+  (`WebhookConfig.allow_networks`, `serve --webhook-allow-network`) holds it;
+- an IPv6 address a translator turns into IPv4 is judged as the IPv4 address it reaches: IPv4-mapped
+  (::ffff:0:0/96), NAT64's well-known prefix (64:ff9b::/96, RFC 6052) and 6to4 (2002::/16); the forms whose
+  IPv4 target cannot be read from the address alone (local-use NAT64 64:ff9b:1::/48, Teredo 2001::/32, the
+  deprecated IPv4-compatible ::/96) are refused unless allow-listed as such;
 - the request is sent to the checked address (the URL's host replaced by it), with the original `Host`
   header and, for https, the original name as TLS SNI and for certificate checks, so a name that resolves
   differently a moment later (DNS rebinding) cannot redirect it;
@@ -30,6 +34,12 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 MAX_URL = 2048
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # the last 32 bits are the IPv4 address (RFC 6052)
+OPAQUE_TRANSLATIONS = (  # IPv4 reached through these is not readable from the address: refused
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # local-use NAT64 (RFC 8215): the operator picks where v4 sits
+    ipaddress.IPv6Network("2001::/32"),  # Teredo: a relay, and the client's address obfuscated
+    ipaddress.IPv6Network("::/96"),  # IPv4-compatible (deprecated, RFC 4291), :: and ::1 included
+)
 
 
 class UnsafeUrl(ValueError):
@@ -71,10 +81,14 @@ class Guard:
         self._resolve = resolve
 
     def allowed(self, ip: IPAddress) -> bool:
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
         if any(ip.version == net.version and ip in net for net in self.allow):
             return True
+        if isinstance(ip, ipaddress.IPv6Address):
+            v4 = embedded_ipv4(ip)
+            if v4 is not None:
+                return self.allowed(v4)
+            if any(ip in net for net in OPAQUE_TRANSLATIONS):
+                return False
         return ip.is_global and not ip.is_multicast
 
     async def target(self, url: str) -> Target:
@@ -106,6 +120,15 @@ class Guard:
         host_header = parts.netloc  # as written: name and any port
         pinned = parts._replace(netloc=netloc).geturl()
         return Target(pinned, host_header, host if parts.scheme == "https" and literal is None else None)
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a translator sends packets for `ip` to (IPv4-mapped, NAT64, 6to4), or None."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip in NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip.sixtofour
 
 
 def check_url(url: str) -> SplitResult:
