@@ -122,10 +122,11 @@ class WebhookConfig:
     max_attempts: int = 8  # deliveries tried this often, then marked failed (the first try included)
     backoff_base_s: float = 5.0  # the first retry's delay; each later one doubles, with jitter (x0.5 to x1.0)
     backoff_max_s: float = 3600.0  # no retry waits longer
-    timeout_s: float = 10.0  # one attempt: connect, send and the receiver's answer
+    timeout_s: float = 10.0  # one attempt as a whole: resolve, connect, send, the receiver's answer (not per read)
     poll_s: float = 1.0  # how often a replica looks for due deliveries it was not woken for (on Postgres every
     # replica's are announced: store/notify.py); idle, it backs off to 8x (store/polling.py)
     max_in_flight: int = 16  # deliveries sent at once per process
+    max_per_endpoint: int = 2  # of those, at most this many to one endpoint (a slow receiver holds only these)
     max_endpoints_per_key: int = 16  # registered endpoints per API key
 
 

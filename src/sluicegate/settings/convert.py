@@ -72,7 +72,8 @@ def webhooks_config(s: ServeSettings) -> WebhookConfig:
         allow_networks=tuple(s.webhook_allow_network), max_attempts=s.webhook_max_attempts,
         backoff_base_s=s.webhook_backoff_seconds, backoff_max_s=s.webhook_backoff_max_seconds,
         timeout_s=s.webhook_timeout_seconds, poll_s=s.webhook_poll_seconds,
-        max_in_flight=s.webhook_max_in_flight, max_endpoints_per_key=s.webhook_max_endpoints)
+        max_in_flight=s.webhook_max_in_flight, max_per_endpoint=s.webhook_max_per_endpoint,
+        max_endpoints_per_key=s.webhook_max_endpoints)
 
 
 def _pairs(values: list[str], flag: str) -> dict[str, str]:

@@ -201,13 +201,15 @@ class WebhookSettings(Group):
     webhook_backoff_seconds: Seconds = Field(
         _W.backoff_base_s, description="the first webhook retry's delay; each later one doubles (with jitter)")
     webhook_timeout_seconds: Seconds = Field(
-        _W.timeout_s, description="one webhook attempt's limit: connect, send and the receiver's answer")
+        _W.timeout_s, description="one webhook attempt's limit as a whole: connect, send and the receiver's answer")
     webhook_backoff_max_seconds: Seconds = Field(_W.backoff_max_s, description="no webhook retry waits longer")
     webhook_poll_seconds: Seconds = Field(
         _W.poll_s, description="how often each replica looks for due webhook deliveries it was not told of; idle, "
         "it backs off to 8x")
     webhook_max_in_flight: PosInt = Field(
         _W.max_in_flight, description="webhook deliveries sent at once by this process")
+    webhook_max_per_endpoint: PosInt = Field(
+        _W.max_per_endpoint, description="webhook deliveries sent at once to one endpoint by this process")
     webhook_max_endpoints: PosInt = Field(
         _W.max_endpoints_per_key, description="webhook endpoints one API key may register")
 

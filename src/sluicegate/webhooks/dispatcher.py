@@ -25,6 +25,7 @@ import math
 import random
 import secrets
 import time
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -57,6 +58,13 @@ def sign(secret: str, event_id: str, timestamp: dt.datetime, body: str) -> dict[
 
 
 DUE_SLACK_S = 0.05  # a due retry is looked for this much after its time: the clocks' rounding never finds it early
+READ_BYTES = 4096  # of a receiver's answer body, at most this much is read (one socket read: up to 64 KiB)
+
+
+def lease_s(cfg: WebhookConfig) -> float:
+    """How long a claimed delivery is this process's: twice the attempt's whole bound plus 5 s to record the
+    outcome, so no replica claims it again while its attempt can still be running."""
+    return cfg.timeout_s * 2 + 5
 
 
 class Webhooks:
@@ -69,6 +77,7 @@ class Webhooks:
         self._wake = asyncio.Event()
         self._retry_due = math.inf  # monotonic time of the soonest retry this process scheduled since it last looked
         self._task: asyncio.Task[None] | None = None
+        self._inflight: dict[asyncio.Task[None], str] = {}  # attempts under way -> their endpoint's id
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- the job system's side -------------------------------------------------------------------------------
@@ -119,48 +128,89 @@ class Webhooks:
     async def _run(self) -> None:
         async with httpx.AsyncClient(transport=self._transport, follow_redirects=False, trust_env=False,
                                      timeout=self.config.timeout_s) as client:
-            poll = IdlePoll(self.config.poll_s)  # an idle dispatcher backs off (store/polling.py)
-            while True:
-                self._wake.clear()
-                sent, looked = 0, time.monotonic()
-                try:
-                    sent = await self.send_due(client)
-                except Exception:  # the store is away: try again at the next poll
-                    log.exception("webhook deliveries could not be read")
-                if self._retry_due <= looked:  # that look was after it came due
-                    self._retry_due = math.inf
-                # a retry this process scheduled is looked for when it comes due, however idle the poll
-                wait_s = max(0.0, min(poll.after(sent > 0), self._retry_due - time.monotonic()))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait_s)
+            try:
+                await self._loop_forever(client)
+            finally:  # closing: what is in flight is cut (its lease ends, and a replica sends it again)
+                for task in list(self._inflight):
+                    task.cancel()
+                await asyncio.gather(*self._inflight, return_exceptions=True)
+
+    async def _loop_forever(self, client: httpx.AsyncClient) -> None:
+        poll = IdlePoll(self.config.poll_s)  # an idle dispatcher backs off (store/polling.py)
+        while True:
+            self._wake.clear()
+            sent, looked = 0, time.monotonic()
+            try:
+                sent = await self.send_due(client)
+            except Exception:  # the store is away: try again at the next poll
+                log.exception("webhook deliveries could not be read")
+            if self._retry_due <= looked:  # that look was after it came due
+                self._retry_due = math.inf
+            # a retry this process scheduled is looked for when it comes due, however idle the poll; an
+            # attempt that ends wakes it too (its place is free)
+            wait_s = max(0.0, min(poll.after(sent > 0), self._retry_due - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_s)
 
     async def send_due(self, client: httpx.AsyncClient) -> int:
-        """One pass: claim every due delivery (up to `max_in_flight` at a time) and send it. Returns how many."""
+        """One pass: claim due deliveries while this process has room (`max_in_flight` attempts at once, at
+        most `max_per_endpoint` to one endpoint) and start each attempt. It does not wait for them: an attempt
+        that ends frees its place and wakes the dispatcher. Returns how many it started."""
         cfg, total = self.config, 0
-        while True:
-            claimed = await asyncio.to_thread(db.claim_due, self.store, cfg.max_in_flight, cfg.timeout_s * 2 + 5)
+        while (room := cfg.max_in_flight - len(self._inflight)) > 0:
+            busy = Counter(self._inflight.values())
+            claimed = await asyncio.to_thread(db.claim_due, self.store, room, lease_s(cfg),
+                                              per_endpoint=cfg.max_per_endpoint, busy=busy)
             if not claimed:
-                return total
-            await asyncio.gather(*(self._attempt(client, c) for c in claimed))
+                break
+            deadline = asyncio.get_running_loop().time() + cfg.timeout_s  # well inside the lease
+            for c in claimed:
+                task = asyncio.create_task(self._attempt(client, c, deadline))
+                self._inflight[task] = c.endpoint_id
+                task.add_done_callback(self._ended)
             total += len(claimed)
+        return total
 
-    async def _attempt(self, client: httpx.AsyncClient, c: db.Claimed) -> None:
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._inflight.pop(task, None)
+        if not task.cancelled() and (exc := task.exception()) is not None:  # recording it failed: the store
+            log.error("a webhook attempt's outcome could not be recorded (%s); its lease will run out",
+                      type(exc).__name__)
+        self._wake.set()
+
+    async def _attempt(self, client: httpx.AsyncClient, c: db.Claimed, deadline: float) -> None:
+        """Send one delivery: everything (resolve, connect, send, status and headers, a few KiB of the body)
+        within `deadline`; the status decides. The body is read up to READ_BYTES (so a short answer leaves
+        the connection reusable) and the rest never read: the connection is closed instead."""
         t0 = time.perf_counter()
         code: int | None = None
         error: str | None = None
         try:
-            target = await self.guard.target(c.url)
-            headers = {**sign(c.secret, c.event_id, db.now(), c.body), "content-type": "application/json",
-                       "user-agent": f"sluicegate-webhooks/{__version__}", "host": target.host}
-            ext = {"sni_hostname": target.sni} if target.sni else {}
-            resp = await client.post(target.url, content=c.body.encode(), headers=headers, extensions=ext)
-            code = resp.status_code
+            async with asyncio.timeout_at(deadline):
+                target = await self.guard.target(c.url)
+                headers = {**sign(c.secret, c.event_id, db.now(), c.body), "content-type": "application/json",
+                           "user-agent": f"sluicegate-webhooks/{__version__}", "host": target.host}
+                ext = {"sni_hostname": target.sni} if target.sni else {}
+                request = client.build_request("POST", target.url, content=c.body.encode(), headers=headers,
+                                               extensions=ext)
+                resp = await client.send(request, stream=True)
+                try:
+                    code = resp.status_code
+                    seen = 0
+                    async for chunk in resp.aiter_raw():
+                        seen += len(chunk)
+                        if seen >= READ_BYTES:
+                            break
+                finally:
+                    await resp.aclose()
         except UnsafeUrl as exc:
             error = str(exc)
-        except httpx.TimeoutException:
-            error = "timed out"
+        except (TimeoutError, httpx.TimeoutException):
+            if code is None:  # once the status is in, a body that is slow to come changes nothing
+                error = f"timed out: no answer within {self.config.timeout_s:g} s"
         except httpx.HTTPError as exc:
-            error = f"could not connect ({type(exc).__name__})"
+            if code is None:
+                error = f"could not connect ({type(exc).__name__})"
         except Exception:  # a bug, or a URL httpx will not send: record it, never leave the row leased forever
             log.exception("webhook delivery %d failed unexpectedly", c.id)
             error = "internal error; the server log has the detail"

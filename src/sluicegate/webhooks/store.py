@@ -11,6 +11,7 @@ import base64
 import datetime as dt
 import json
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -117,23 +118,32 @@ class Claimed:
     log: list[dict[str, Any]]
 
 
-def claim_due(store: Store, limit: int, lease_s: float) -> list[Claimed]:
-    """Up to `limit` due deliveries, each leased to this caller until `lease_s` from now."""
+def claim_due(store: Store, limit: int, lease_s: float, *, per_endpoint: int = 1 << 30,
+              busy: Mapping[str, int] | None = None) -> list[Claimed]:
+    """Up to `limit` due deliveries, each leased to this caller until `lease_s` from now; at most
+    `per_endpoint` to one endpoint, counting the `busy` ones (endpoint id -> attempts this caller has in
+    flight). Endpoints already full are left out of the query, so one endpoint's backlog never hides another's."""
+    busy = dict(busy or {})
+    full = sorted(ep for ep, n in busy.items() if n >= per_endpoint)
     t = now()
     out: list[Claimed] = []
+    q = (select(WebhookDelivery, WebhookEndpoint.url, WebhookEndpoint.secret)
+         .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
+         .where(WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_at <= t))
+    if full:
+        q = q.where(WebhookDelivery.endpoint_id.not_in(full))
     with store.session() as s:
-        rows = s.execute(
-            select(WebhookDelivery, WebhookEndpoint.url, WebhookEndpoint.secret)
-            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
-            .where(WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_at <= t)
-            .order_by(WebhookDelivery.next_attempt_at).limit(limit)).all()
+        rows = s.execute(q.order_by(WebhookDelivery.next_attempt_at).limit(limit)).all()
     for d, url, secret in rows:
+        if busy.get(d.endpoint_id, 0) >= per_endpoint:
+            continue
         with store.session() as s, s.begin():
             got = _changed(s.execute(update(WebhookDelivery).where(
                 WebhookDelivery.id == d.id, WebhookDelivery.status == PENDING,
                 WebhookDelivery.next_attempt_at == d.next_attempt_at,
             ).values(next_attempt_at=t + dt.timedelta(seconds=lease_s))))
         if got:
+            busy[d.endpoint_id] = busy.get(d.endpoint_id, 0) + 1
             out.append(Claimed(d.id, d.endpoint_id, d.event_id, d.body, d.attempts, url, secret, json.loads(d.log)))
     return out
 
