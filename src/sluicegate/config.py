@@ -104,6 +104,7 @@ class JobsConfig:
 
     max_items_per_job: int = 50_000  # requests in one job (OpenAI's Batch API limit)
     max_file_bytes: int = 200 << 20  # one uploaded file or JSONL body, streamed to the store (OpenAI's 200 MB)
+    max_stored_bytes: int = 10 << 30  # a key's files in the store (uploads and job outputs, expired ones not)
     max_concurrent_jobs: int = 8  # a key's jobs queued or running at once
     max_enqueued_tokens: int = 10_000_000  # a key's estimated tokens (prompt + new) in jobs not yet finished
     worker_slots: int | None = None  # items one process runs at once; None: a quarter of the engine's slots (>= 1)

@@ -12,8 +12,9 @@ import datetime as dt
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import delete, func, insert, literal, select, tuple_, update
+from sqlalchemy import CursorResult, Select, delete, func, insert, literal, select, tuple_, update
 
 from sluicegate.jobs.states import ACTIVE
 from sluicegate.store.db import Store
@@ -65,9 +66,19 @@ class FileStore:
         with self.store.session() as s, s.begin():
             s.execute(insert(BatchFileChunk).values(file_id=file_id, seq=seq, data=data))
 
-    def finish(self, file_id: str, size: int) -> None:
+    def finish(self, file_id: str, size: int, quota: int | None = None) -> bool:
+        """Make the file whole (listed, readable). With a `quota`: only if the key's stored bytes with this
+        file stay within it (False, and the file still uploading, otherwise). Uploads of one key are finished
+        one at a time (on Postgres a transaction lock per key; SQLite runs one writer), so two concurrent
+        uploads never pass the quota together."""
         with self.store.session() as s, s.begin():
-            s.execute(update(BatchFile).where(BatchFile.id == file_id).values(bytes=size))
+            q = update(BatchFile).where(BatchFile.id == file_id)
+            if quota is not None:
+                key_id = s.execute(select(BatchFile.key_id).where(BatchFile.id == file_id)).scalar_one()
+                if not self.store.is_sqlite:
+                    s.execute(select(func.pg_advisory_xact_lock(func.hashtext("sluicegate.files." + (key_id or "")))))
+                q = q.where(self._stored_of(key_id).scalar_subquery() + size <= quota)
+            return bool(cast(CursorResult[Any], s.execute(q.values(bytes=size))).rowcount)
 
     def get(self, file_id: str, key_id: str | None) -> FileInfo | None:
         """The file if it is whole, not expired, and the key's (every key's file is another's 404)."""
@@ -120,14 +131,17 @@ class FileStore:
             yield from split.feed(data)
         yield from split.end()
 
-    def bytes_of_key(self, key_id: str | None) -> int:
-        """Bytes of the key's files (uploads and outputs), expired ones excepted."""
+    @staticmethod
+    def _stored_of(key_id: str | None) -> Select[int]:
         f = BatchFile
-        q = select(func.coalesce(func.sum(f.bytes), 0)).where(
+        return select(func.coalesce(func.sum(f.bytes), 0)).where(
             f.key_id.is_(None) if key_id is None else f.key_id == key_id, f.bytes >= 0,
             (f.expires_at.is_(None)) | (f.expires_at > utcnow()))
+
+    def bytes_of_key(self, key_id: str | None) -> int:
+        """Bytes of the key's files (uploads and outputs), expired ones excepted."""
         with self.store.session() as s:
-            return int(s.execute(q).scalar_one())
+            return int(s.execute(self._stored_of(key_id)).scalar_one())
 
     def prune(self) -> int:
         """Delete expired files, and uploads abandoned mid-way (over a day old); returns how many."""
@@ -203,9 +217,11 @@ class Writer:
         self.files.append(self.file_id, self._seq, data)
         self._seq += 1
 
-    def close(self) -> int:
+    def close(self, quota: int | None = None) -> int | None:
+        """The file's size once it is whole; None when `quota` refused it (the caller deletes it)."""
         if self._buf:
             self._flush(bytes(self._buf))
             self._buf.clear()
-        self.files.finish(self.file_id, self.size)
+        if not self.files.finish(self.file_id, self.size, quota):
+            return None
         return self.size

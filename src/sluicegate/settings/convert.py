@@ -62,6 +62,7 @@ def connections_config(s: ServeSettings) -> ConnectionConfig:
 def jobs_config(s: ServeSettings) -> JobsConfig:
     return JobsConfig(
         max_items_per_job=s.batch_max_items, max_file_bytes=s.batch_max_file_bytes,
+        max_stored_bytes=s.batch_max_stored_bytes,
         max_concurrent_jobs=s.batch_max_concurrent_jobs, max_enqueued_tokens=s.batch_max_enqueued_tokens,
         worker_slots=s.batch_worker_slots, lease_s=s.batch_lease_seconds, poll_s=s.batch_poll_seconds,
         file_ttl_hours=s.batch_file_ttl_hours, output_ttl_hours=s.batch_output_ttl_hours)

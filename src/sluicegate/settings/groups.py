@@ -174,6 +174,8 @@ class JobSettings(Group):
     batch_max_items: PosInt = Field(_J.max_items_per_job, description="requests one batch job may hold")
     batch_max_file_bytes: PosInt = Field(
         _J.max_file_bytes, description="one uploaded batch file or JSONL body, in bytes")
+    batch_max_stored_bytes: PosInt = Field(
+        _J.max_stored_bytes, description="bytes of files one API key may keep stored (uploads and job outputs)")
     batch_max_concurrent_jobs: PosInt = Field(
         _J.max_concurrent_jobs, description="unfinished batch jobs one API key may have")
     batch_max_enqueued_tokens: PosInt = Field(

@@ -19,7 +19,7 @@ from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.api.routes.common import error_responses, json_reply
 from sluicegate.api.state import app_state
-from sluicegate.api.upload import multipart_file
+from sluicegate.api.upload import Quota, multipart_file
 from sluicegate.jobs.files import FileInfo
 from sluicegate.protocol.batches import FileDeleted, FileList, FileObject
 from sluicegate.serving.errors import ApiError
@@ -54,9 +54,10 @@ async def upload_file(request: Request) -> Response:
     files = state.batch.files
     try:
         try:
+            quota = Quota(cfg.max_stored_bytes, await asyncio.to_thread(files.bytes_of_key, ctx.key_id))
             fid, _size, fields = await multipart_file(
                 request.stream(), request.headers.get("content-type", ""), files, key_id=ctx.key_id,
-                limit=cfg.max_file_bytes, ttl_s=ttl)
+                limit=cfg.max_file_bytes, ttl_s=ttl, quota=quota)
         except FormParserError:
             raise ApiError("invalid_request", "the multipart body is malformed", code="invalid_multipart") from None
         purpose = fields.get("purpose")
