@@ -7,22 +7,33 @@ for a stream (its usage is complete only when it ends) and for a client that lef
 
 from __future__ import annotations
 
+from sluicegate.engine import FinishReason
 from sluicegate.serving.context import TokenUsage
 from sluicegate.serving.core import Runs
 
+CUT = (FinishReason.CANCELLED, FinishReason.EXPIRED, FinishReason.ERROR)
+
 
 def from_runs(runs: Runs) -> TokenUsage:
-    """Finished runs count as the engine reported them. A run cut short (the client left) counts the tokens
-    it delivered, and its prompt once any token came out (prefill was done); its cached share is unknown, so
-    counted as zero."""
+    """What the runs computed. A finished run counts as the engine reported it; one the engine cut
+    (cancelled, expired, failed) counts its prompt only as far as its prefill got. A run cut before the
+    engine's final output was read (the client left) counts the tokens it delivered and the prompt tokens
+    prefilled or being prefilled when it was cut (`EngineRequest.progress`), reused cached ones included, as
+    for a finished run (docs/ratelimits.md)."""
     prompt = cached = generated = 0
     for request, final, delivered in zip(runs.requests, runs.finals, runs.delivered, strict=True):
+        done = request.progress
         if final is not None:
-            prompt += final.prompt_tokens
-            cached += final.cached_tokens
+            if final.finish_reason in CUT and done.prompt_tokens < final.prompt_tokens:
+                prompt += done.prompt_tokens
+                cached += min(final.cached_tokens, done.cached_tokens)
+            else:
+                prompt += final.prompt_tokens
+                cached += final.cached_tokens
             generated += final.completion_tokens
-        elif delivered:
-            prompt += len(request.prompt_ids)
+        else:
+            prompt += len(request.prompt_ids) if delivered else done.prompt_tokens
+            cached += done.cached_tokens
             generated += delivered
     return TokenUsage(prompt, cached, generated)
 

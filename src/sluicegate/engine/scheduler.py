@@ -227,6 +227,7 @@ class Scheduler:
             self.waiting_tokens -= seq.prompt_len
             seq.status, seq.slot = SeqStatus.RUNNING, acquired.slot
             seq.num_computed = seq.cached_tokens = acquired.reused_tokens
+            seq.request.progress.prompt_tokens = seq.request.progress.cached_tokens = acquired.reused_tokens
             seq.first_scheduled = now
             self.running.append(seq)
             out.kv_ops.extend(acquired.ops)
@@ -281,6 +282,7 @@ class Scheduler:
             return 0
         ids = seq.request.prompt_ids[seq.num_computed : seq.num_computed + n]
         out.chunks.append(Chunk(seq, ids, seq.num_computed, n == remaining))
+        seq.request.progress.prompt_tokens = seq.num_computed + n  # committed: an abort now does not undo it
         return n
 
     def _next_waiting(self, now: float) -> Seq:

@@ -67,6 +67,17 @@ class SamplingParams:
 
 
 @dataclass(slots=True)
+class Progress:
+    """How far the engine got with one request's prompt, written by whoever runs it (the scheduler as it
+    commits each prefill chunk to a step, an upstream client once the upstream accepted the request) and read
+    by the serving side to meter a run cut short (the client left) before any final output: the prompt's
+    positions prefilled or being prefilled, `cached_tokens` of them reused from the prefix cache."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass(slots=True)
 class EngineRequest:
     request_id: str
     prompt_ids: list[int]
@@ -79,6 +90,7 @@ class EngineRequest:
     estimated_new_tokens: int | None = None  # new tokens expected (the serving core's cost estimate; None:
     # max_new_tokens): what deadline admission forecasts with (engine/forecast.py), never a limit
     constraint: Constraint | None = None
+    progress: Progress = field(default_factory=Progress)  # one per request: never share it between requests
 
 
 @dataclass(frozen=True, slots=True)

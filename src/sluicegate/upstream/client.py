@@ -180,6 +180,7 @@ class AsyncUpstream:
                         f = failure_for_status(resp.status_code, resp.headers.get("retry-after"))
                         healthy = False if f.counts_against else None
                         raise f
+                    req.progress.prompt_tokens = len(req.prompt_ids)  # accepted: the upstream prefills it
                     out = await self._read(resp, req, sink, start, tm, loop)
                     healthy = True
                     return out
