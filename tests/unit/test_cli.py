@@ -47,10 +47,11 @@ def test_the_idempotency_ttl_flag() -> None:
 
 
 def test_every_batch_field_has_a_flag() -> None:
-    got = config("--batch-max-items", "5", "--batch-max-file-bytes", "1000", "--batch-max-concurrent-jobs", "2",
+    got = config("--batch-max-items", "5", "--batch-max-file-bytes", "1000", "--batch-max-stored-bytes", "5000",
+                 "--batch-max-concurrent-jobs", "2",
                  "--batch-max-enqueued-tokens", "900", "--batch-worker-slots", "3", "--batch-lease-seconds", "7",
                  "--batch-poll-seconds", "0.2", "--batch-file-ttl-hours", "1", "--batch-output-ttl-hours", "2").jobs
-    assert got == JobsConfig(max_items_per_job=5, max_file_bytes=1000, max_concurrent_jobs=2,
+    assert got == JobsConfig(max_items_per_job=5, max_file_bytes=1000, max_stored_bytes=5000, max_concurrent_jobs=2,
                              max_enqueued_tokens=900, worker_slots=3, lease_s=7.0, poll_s=0.2, file_ttl_hours=1.0,
                              output_ttl_hours=2.0)
     assert all(getattr(got, f.name) != f.default for f in dataclasses.fields(JobsConfig))  # each flag reaches it
@@ -60,10 +61,10 @@ def test_every_webhook_setting_has_a_flag() -> None:
     got = config("--webhook-allow-network", "127.0.0.1", "--webhook-allow-network", "10.0.0.0/8",
                  "--webhook-max-attempts", "3", "--webhook-backoff-seconds", "0.5", "--webhook-backoff-max-seconds",
                  "9", "--webhook-timeout-seconds", "2", "--webhook-poll-seconds", "0.1", "--webhook-max-in-flight",
-                 "4", "--webhook-max-endpoints", "5").webhooks
+                 "4", "--webhook-max-per-endpoint", "3", "--webhook-max-endpoints", "5").webhooks
     assert got == WebhookConfig(
         allow_networks=("127.0.0.1", "10.0.0.0/8"), max_attempts=3, backoff_base_s=0.5, backoff_max_s=9.0,
-        timeout_s=2.0, poll_s=0.1, max_in_flight=4, max_endpoints_per_key=5)
+        timeout_s=2.0, poll_s=0.1, max_in_flight=4, max_per_endpoint=3, max_endpoints_per_key=5)
     with pytest.raises(SystemExit):
         parse("--webhook-allow-network", "10.0.0.0/99")
 
