@@ -91,7 +91,8 @@ def test_the_cost_estimate_counts_prompt_and_possible_new_tokens() -> None:
             assert given.cost == 2 * (5 + 4)  # the reference tokenizer adds BOS: 5 prompt tokens
             unset = await fake_surface(model, RequestContext("b"), ["abcd"], max_new=None)
             assert unset.requests[0].params.max_new_tokens == 256 - 5  # may run to the end of the window
-            assert unset.cost == 5 + 10  # estimated at estimate_new_tokens, settled later to the real count
+            assert unset.cost == 5 + 251  # reserved to the window: it can never take more than that
+            assert unset.requests[0].estimated_new_tokens == 10  # what the deadline forecast expects
             unset.close()
             await given.collect()
 

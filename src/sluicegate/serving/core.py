@@ -14,9 +14,11 @@ between is here, so every surface gets the same rules:
   for streams (with heartbeat cues), `collect()` for whole answers; leaving early aborts what is left;
 - `finish_error`: what a run's end means for its client.
 
-The cost estimate (`Runs.cost`) is what rate limits reserve and deadlines predict with: prompt tokens plus
-the new tokens the request may generate; a request that sets no limit (chat without `max_tokens`) is
-estimated at `LimitsConfig.estimate_new_tokens` (docs/serving.md), and settles to its real count.
+The cost (`Runs.cost`) is what rate limits and monthly budgets reserve: prompt tokens plus the new tokens
+each run may generate, so a request that sets no limit (chat without `max_tokens`) reserves to the end of its
+window (or the server's new-token cap) and settles to its real count: no run can take more than it reserved.
+Deadline admission forecasts with an expectation instead (`EngineRequest.estimated_new_tokens`: the request's
+limit, else `LimitsConfig.estimate_new_tokens`; docs/serving.md).
 """
 
 from __future__ import annotations
@@ -230,8 +232,9 @@ async def start_runs(
     """Fan out `n` runs per prompt (choice `p * n + i` is run i of prompt p, seeded `seed + i`), build the
     engine requests from the context, reserve their cost (`ctx.admission`: rate limits), and start them.
     `requested_new` is the request's own new-token limit, named `new_param` (None when it set none: the cost
-    estimate then uses `estimate_new_tokens`). `constraint`, when given, makes each run's own decoding
-    constraint. `stream`: the answer is streamed, so the context's stream deadlines apply."""
+    then runs to the window, and the deadline forecast expects `estimate_new_tokens`). `constraint`, when
+    given, makes each run's own decoding constraint. `stream`: the answer is streamed, so the context's
+    stream deadlines apply."""
     if stream:
         ctx.streaming()
     single = len(prompts) * n == 1
@@ -242,13 +245,13 @@ async def start_runs(
         for i in range(n):
             run = dataclasses.replace(params, seed=run_seed(params.seed, i)) if n > 1 else params
             rid = ctx.engine_id if single else f"{ctx.engine_id}:{k * n + i}"
-            new = run.max_new_tokens if requested_new is not None else min(run.max_new_tokens, estimate)
+            expected = run.max_new_tokens if requested_new is not None else min(run.max_new_tokens, estimate)
             requests.append(EngineRequest(
                 rid, ids, run, arrival=ctx.arrival, priority=ctx.priority, tenant=ctx.tenant,
-                deadline=ctx.deadline, first_token_deadline=ctx.first_token_deadline, estimated_new_tokens=new,
+                deadline=ctx.deadline, first_token_deadline=ctx.first_token_deadline, estimated_new_tokens=expected,
                 constraint=None if constraint is None else constraint(),
             ))
-            cost += len(ids) + new
+            cost += len(ids) + run.max_new_tokens  # what it may cost: a reservation it can never outrun
     runs = Runs(model.engine, requests, cost)
     ctx.finals = runs.finals  # filled as the runs end: the access log's finish reason and stage times
     await admit(ctx, cost, new_param)

@@ -103,7 +103,9 @@ def refusal_error(decision: Decision, param: str | None = None) -> ApiError:
         return ApiError(
             "request_exceeds_capacity",
             f"this request may cost {_tokens(decision.cost)} (prompt plus new tokens); the key's capacity is "
-            f"{decision.limit}, so it can never be admitted: ask for fewer new tokens or send a shorter prompt",
+            f"{decision.limit}, so it can never be admitted: ask for fewer new tokens or send a shorter prompt"
+            + ("" if param else " (a request that sets no new-token limit may generate to the end of the "
+               "context window, and is priced so: set one)"),
             param=param,
             code="tokens",
             headers=headers,
