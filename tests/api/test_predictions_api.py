@@ -142,7 +142,8 @@ def test_model_card(sqlite_db: str) -> None:
             assert card["digest"] == ident.digest and card["context_window"] == 2048
             assert card["limits"] == {
                 "max_body_bytes": 1 << 20, "max_prompt_tokens": 300, "max_new_tokens": 100, "max_batch_items": 7,
-                "max_file_bytes": 1234, "max_concurrent_jobs": 8, "max_enqueued_tokens": 10_000_000,
+                "max_file_bytes": 1234, "max_stored_bytes": 10 << 30, "max_concurrent_jobs": 8,
+                "max_enqueued_tokens": 10_000_000,
             }
             assert card["defaults"]["model"] == ident.ref and card["defaults"]["options"]["max_new_tokens"] == 16
         # the schemas describe what the server accepts and refuses

@@ -29,6 +29,8 @@ class ModelLimits(ResponseModel):
     max_new_tokens: int = Field(description="new tokens one request may ask for")
     max_batch_items: int = Field(description="requests in one batch job")
     max_file_bytes: int = Field(description="one uploaded batch file (or batch-predictions JSONL body), in bytes")
+    max_stored_bytes: int = Field(description="batch files one API key may keep stored (uploads and outputs), in "
+                                  "bytes")
     max_concurrent_jobs: int = Field(description="batch jobs one API key may have queued or running")
     max_enqueued_tokens: int = Field(description="estimated tokens one API key may have in unfinished jobs")
 

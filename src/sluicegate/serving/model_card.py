@@ -27,6 +27,7 @@ def describe(model: ServedModel, config: Config, requested: str | None) -> Model
             max_prompt_tokens=budget.prompt_limit,
             max_new_tokens=min(n_ctx - 1, budget.max_new_tokens or n_ctx - 1),
             max_batch_items=jobs.max_items_per_job, max_file_bytes=jobs.max_file_bytes,
+            max_stored_bytes=jobs.max_stored_bytes,
             max_concurrent_jobs=jobs.max_concurrent_jobs, max_enqueued_tokens=jobs.max_enqueued_tokens,
         ),
         schemas=ModelSchemas(input=input_schema(), options=options_schema()),
