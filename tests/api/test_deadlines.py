@@ -272,14 +272,22 @@ def test_a_queued_request_whose_deadline_passes_is_dropped_before_any_compute() 
 # -- admission by the forecast -----------------------------------------------------------------------------
 
 
-def test_cold_start_refuses_nothing_by_forecast() -> None:
-    with served(Config()) as (s, _, eng), httpx.Client(base_url=s.url, timeout=120) as http:
-        assert not eng.speed.measured
-        # end-of-text forbidden: the reference model samples it now and then, which would end the run in time
-        r = http.post("/v1/completions", json={"model": "reference", "prompt": "Hi", "max_tokens": 1000,
-                                               "logit_bias": NO_EOS}, headers={"X-Request-Timeout": "0.3"})
-        assert r.status_code == 504  # admitted (nothing measured yet), then cut by its deadline
-        assert eng.stats.requests_shed == 0
+SERVER_DEFAULT = Config(deadlines=DeadlineConfig(default_timeout_s=0.3, max_timeout_s=600.0))
+
+
+def test_the_forecast_is_calibrated_before_ready_and_judges_the_first_request() -> None:
+    with served(SERVER_DEFAULT) as (s, _, eng), httpx.Client(base_url=s.url, timeout=120) as http:
+        cal = eng.speed.calibration
+        assert cal is not None and cal.step_1 >= DELAY  # measured on the runner before /readyz said ready
+        # 1000 tokens take >= 10 s (every step sleeps 10 ms): refused up front, not admitted to expire
+        body = {"model": "reference", "prompt": "Hi", "max_tokens": 1000, "logit_bias": NO_EOS}
+        r = http.post("/v1/completions", json=body, headers={"X-Request-Timeout": "0.3"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "deadline_too_short"
+        assert eng.stats.requests_expired == 0 and eng.stats.requests_finished == 0
+        # the same without a header: the server's default (0.3 s) ends it, but no forecast refuses it
+        d = http.post("/v1/completions", json=body)
+        assert d.status_code == 504, d.text
+        assert eng.stats.requests_shed == 0 and eng.stats.requests_expired == 1
 
 
 def test_shedding_and_the_never_fits_4xx_once_the_speed_is_measured() -> None:
@@ -289,7 +297,6 @@ def test_shedding_and_the_never_fits_4xx_once_the_speed_is_measured() -> None:
         warm = http.post("/v1/completions", json={"model": "reference", "prompt": "Hi", "max_tokens": 150,
                                                   "logit_bias": NO_EOS})
         assert warm.status_code == 200 and warm.json()["usage"]["completion_tokens"] == 150
-        assert eng.speed.measured  # every step is measured before its token is sent
         # never fits: 1000 new tokens take >= 10 s even idle (every step sleeps 10 ms)
         r = http.post("/v1/generate", json={"prompt": "Hi", "max_new_tokens": 1000},
                       headers={"X-Request-Timeout": "2.5"})
@@ -315,10 +322,10 @@ def test_shedding_and_the_never_fits_4xx_once_the_speed_is_measured() -> None:
             lines = blocker.iter_lines()
             next(lines)
             wait_for(lambda: eng.stats.running == 1)
-            speed = eng.speed
-            idle = 3 / speed.peak_rate + speed.fastest_step_s  # one new token after a short prompt, at best
-            budget = 10 * idle
-            assert 1000 / speed.rate > 3 * budget  # the blocker's work left is far over the budget
+            cal = eng.speed.calibration
+            assert cal is not None
+            budget = 10 * (cal.step_1 + 3 * cal.token_s)  # ten times one new token after a short prompt, idle
+            assert 1000 * cal.step_1 > 3 * budget  # the blocker's work left is far over the budget
             finished = eng.stats.requests_finished
             for path, b in (("/v1/generate", {"prompt": "Hi", "max_new_tokens": 1}),
                             ("/v1/completions", {"model": "reference", "prompt": "Hi", "max_tokens": 1})):
@@ -333,4 +340,5 @@ def test_shedding_and_the_never_fits_4xx_once_the_speed_is_measured() -> None:
         assert m["sluicegate_requests_shed_total"] == 2
         assert m["sluicegate_requests_in_deadline_total"] >= 1 and m["sluicegate_goodput_tokens_total"] >= 150
         assert m["sluicegate_drain_tokens_per_second"] > 0
+        assert m["sluicegate_forecast_error_ratio_count"] >= 1  # the warm-up's forecast, against its latency
         assert m['sluicegate_request_errors_total{type="deadline_too_short"}'] >= 2

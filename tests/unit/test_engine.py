@@ -254,22 +254,21 @@ def test_a_deadline_cancels_the_request(phase: str) -> None:
         assert eng.stats.requests_in_deadline == 1 and eng.stats.goodput_tokens == 3
 
 
-def test_submit_refuses_by_the_deadline_forecast_once_speed_is_measured() -> None:
+def test_submit_refuses_by_the_deadline_forecast_once_calibrated() -> None:
     from sluicegate.engine import DeadlineTooShort
-    from sluicegate.engine.forecast import Speed
+    from sluicegate.engine.forecast import Calibration
 
     with engine(n_slots=1) as (eng, runner):
         runner.gated = True
         blocker = run(eng, req("block", max_new_tokens=400))
         wait_for(lambda: runner.entered >= 1)  # its load is published before its (held) forward pass
-        # 100 tokens/s, 10 ms a step; at best 1,000 tokens/s and 5 ms: the blocker's ~400 tokens are ~4 s ahead
-        eng._throughput.speed = Speed(rate=100.0, step_s=0.01, peak_rate=1000.0, fastest_step_s=0.005,
-                                      busy_s=10.0, steps=1000)
+        # 10 ms a step, 1 ms a prompt token: the blocker's ~400 tokens are ~4 s ahead
         now = time.monotonic()
-        with pytest.raises(DeadlineTooShort) as never:  # 200 tokens take 1 s even idle
+        eng._throughput.calibrate(Calibration(1, 0.01, 0.01, 0.001), now)
+        with pytest.raises(DeadlineTooShort) as never:  # 200 tokens take 2 s even idle
             eng.submit(req("n", max_new_tokens=200, deadline=now + 0.5), Collector())
         assert never.value.judgement.needed_s > 0.5 and eng.stats.requests_shed == 0
-        with pytest.raises(EngineOverloaded) as shed:  # fits idle (0.05 s), not behind 4 s of work
+        with pytest.raises(EngineOverloaded) as shed:  # fits idle (0.1 s), not behind 4 s of work
             eng.submit(req("s", max_new_tokens=10, deadline=now + 1.0), Collector())
         assert shed.value.code == "wait_exceeds_deadline" and 1 <= shed.value.retry_after <= 60
         assert eng.stats.requests_shed == 1

@@ -1,4 +1,5 @@
-"""Deadline admission's arithmetic (engine/forecast.py): the measured speed, the load, the three verdicts."""
+"""Deadline admission's arithmetic (engine/forecast.py): the calibrated step model and its correction, the plan
+of slots, the three verdicts, and the way back from a wrong estimate."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ import pytest
 
 from sluicegate.engine import EngineRequest, Priority, SamplingParams
 from sluicegate.engine.forecast import (
+    ALPHA,
+    DECAY_S,
     HEADROOM,
-    MIN_BUSY_S,
-    MIN_STEPS,
+    MAX_RATIO,
+    Calibration,
     Load,
     Shape,
     Speed,
     Throughput,
     Verdict,
+    Work,
     expected_new,
     forecast,
     judge,
@@ -23,97 +27,157 @@ from sluicegate.engine.forecast import (
     retry_after_s,
 )
 
-# 100 tokens/s of busy time, 10 ms a step; at best 1,000 tokens/s and 5 ms a step
-SPEED = Speed(rate=100.0, step_s=0.01, peak_rate=1000.0, fastest_step_s=0.005, busy_s=10.0, steps=1000)
-SHAPE = Shape(n_slots=4, chunk_tokens=512)
+# 10 ms a decode step of one sequence, 150 ms of 16 (the ~15x a CPU shows), 1 ms a prompt token
+CAL = Calibration(n_slots=16, step_1=0.01, step_n=0.15, token_s=0.001)
+SPEED = Speed(CAL)
+SHAPE = Shape(n_slots=16, chunk_tokens=512)
 
 
 def request(prompt: int = 10, new: int = 100, *, deadline: float | None = None, first: float | None = None,
-            estimated: int | None = None, priority: Priority = Priority.INTERACTIVE) -> EngineRequest:
-    return EngineRequest("r", [1] * prompt, SamplingParams(max_new_tokens=new), arrival=0.0, priority=priority,
-                         deadline=deadline, first_token_deadline=first, estimated_new_tokens=estimated)
+            estimated: int | None = None, priority: Priority = Priority.INTERACTIVE, judged: bool = True,
+            rid: str = "r") -> EngineRequest:
+    return EngineRequest(rid, [1] * prompt, SamplingParams(max_new_tokens=new), arrival=0.0, priority=priority,
+                         deadline=deadline, first_token_deadline=first, estimated_new_tokens=estimated,
+                         judged=judged)
+
+
+def running(n: int, new: int, deadline: float | None = None) -> Load:
+    return Load([Work(0, new, deadline=deadline, key=f"run{i}") for i in range(n)])
 
 
 def test_the_load_of_the_queues() -> None:
     from sluicegate.engine.scheduler import Seq
 
-    running = Seq(request(prompt=100, new=50, estimated=20), seed=0)
-    running.num_computed, running.output_ids = 100, [1] * 5  # prefilled, 5 of its expected 20 out
+    run = Seq(request(prompt=100, new=50, estimated=20, deadline=9.0), seed=0)
+    run.num_computed, run.output_ids = 100, [1] * 5  # prefilled, 5 of its expected 20 out
+    own = Seq(request(prompt=30, new=8, deadline=5.0, judged=False), seed=0)
     batch = Seq(request(prompt=10, new=50, priority=Priority.BATCH), seed=0)
-    load = load_of([running], [Seq(request(prompt=30, new=8), seed=0), batch])
-    assert (load.running, load.running_work) == (1, 15)
-    assert load.ahead_of(Priority.INTERACTIVE) == (1, 15 + 38)
-    assert load.ahead_of(Priority.BATCH) == (2, 15 + 38 + 60)
-    assert load.copy().merge(load).ahead_of(Priority.BATCH) == (4, 15 + 2 * (38 + 60))  # running counted once
+    load = load_of([run], [batch, own])
+    assert load.running == [Work(0, 15, Priority.INTERACTIVE, 9.0, "r")]
+    assert [w.new for w in load.waiting] == [8, 50]  # arrival order (the plan orders by priority itself)
+    assert load.waiting[0].deadline is None  # the server's deadline is not kept by admission
+    assert load.tokens == 15 + 60 + 38
+    assert len(load.copy().merge(load).waiting) == 4 and len(load.running) == 1
 
 
-def test_the_averages_follow_busy_time_and_keep_the_best_ever_seen() -> None:
+def test_the_step_time_follows_the_batch() -> None:
+    assert CAL.step(1) == 0.01 and CAL.step(16) == pytest.approx(0.15) and CAL.step(100) == pytest.approx(0.15)
+    assert CAL.step(0) == 0.01 and CAL.step(6) == pytest.approx(0.01 + 0.14 * 5 / 15)
+    assert CAL.cost(1, 100) == pytest.approx(0.11)
+    assert Calibration(1, 0.02, 0.02, 0.0).step(5) == 0.02
+
+
+def test_one_slow_step_barely_moves_the_estimate() -> None:
+    """A slow first prefill followed by ordinary steps: every step weighs the same, so the estimate stays at the
+    calibration (an average weighted by step length took the slow one for the norm: 14x too slow, shut)."""
     t = Throughput()
-    assert not t.speed.measured
-    t.observe(100, 1.0)  # the first observation is taken as is
-    assert t.speed.rate == 100.0 and t.speed.step_s == 1.0
-    t.observe(0, 0.5)  # a step without tokens (or time) says nothing
-    assert t.speed.steps == 1
-    for _ in range(MIN_STEPS):
-        t.observe(1, 0.01)  # decode steps: 100 tokens/s, 10 ms each
+    t.observe(1, 0, 0.01, now=0.0)
+    assert not t.speed.measured  # nothing before calibration
+    t.calibrate(CAL, now=0.0)
+    t.observe(0, 30, 3.0, now=3.0)  # 3 s for a 30-token prompt: ~75x its model
+    assert t.speed.scale(3.0) == pytest.approx(MAX_RATIO ** ALPHA)  # clamped, and one step among many
+    for k in range(30):
+        t.observe(1, 0, 0.01, now=3.0 + 0.01 * k)
+    assert t.speed.scale(3.3) < 1.05
+    f = forecast(t.speed, Load(), SHAPE, 10, 64, Priority.INTERACTIVE, now=3.3)
+    assert f is not None and f.total_s < 1.0  # an idle engine: 0.02 + 0.01 + 63 x 10 ms, not 10 s
+
+
+def test_the_correction_follows_a_slower_machine_and_decays_when_idle() -> None:
+    t = Throughput()
+    t.calibrate(CAL, now=0.0)
+    for k in range(100):  # every step twice its calibration: another process holds the cores
+        t.observe(1, 0, 0.02, now=k * 0.02)
+    busy = t.speed
+    assert busy.scale(2.0) == pytest.approx(2.0, rel=0.01)
+    req = request(new=300, deadline=2.0 + 5.0)  # 3 s at the calibration, 6 s at the measured speed
+    assert judge(busy, Load(), SHAPE, req, now=2.0).verdict is Verdict.SHED
+    # nothing admitted, nothing measured: the estimate returns towards the calibration on its own
+    later = 2.0 + 5 * DECAY_S
+    assert busy.scale(later) < 1.1
+    late = request(new=300, deadline=later + 5.0)
+    assert judge(busy, Load(), SHAPE, late, now=later).verdict is Verdict.FITS
+
+
+def test_a_slow_calibration_is_corrected_by_the_long_run() -> None:
+    """Calibrated while other work held the cores (twice too slow): an idle engine decays towards the long-run
+    correction, not back to the calibration's pessimism."""
+    t = Throughput()
+    t.calibrate(CAL, now=0.0)
+    for k in range(1000):
+        t.observe(1, 0, 0.005, now=k * 0.005)
     s = t.speed
-    assert s.measured and s.busy_s >= MIN_BUSY_S
-    assert s.peak_rate == 100.0 and s.fastest_step_s == 0.01
-    assert 0.01 < s.step_s < 1.0 and s.rate == pytest.approx(100.0)
-    t.observe(500, 0.1)  # a long prompt chunk: 5,000 tokens/s
-    assert t.speed.peak_rate == 5000.0 and t.speed.rate > 100.0
+    assert s.scale(1000.0) < 0.6 and s.best_scale(1000.0) == s.scale(1000.0)
+    never = judge(Speed(CAL), Load(), SHAPE, request(new=400, deadline=3.0), now=0.0)
+    assert never.verdict is Verdict.NEVER  # 4 s at the calibration
+    assert judge(s, Load(), SHAPE, request(new=400, deadline=1000.0 + 3.0), now=1000.0).verdict is Verdict.FITS
 
 
-def test_a_short_measurement_refuses_nothing() -> None:
-    young = Speed(rate=100.0, step_s=0.01, peak_rate=100.0, fastest_step_s=0.01, busy_s=0.5, steps=50)
-    assert forecast(young, Load(), SHAPE, 10, 100, Priority.INTERACTIVE) is None
-    j = judge(young, Load(running=4, running_work=10**9), SHAPE, request(deadline=0.001), now=0.0)
-    assert j.verdict is Verdict.FITS
-
-
-def test_a_free_slot_means_no_wait() -> None:
-    load = Load(running=2, running_work=5000)
-    f = forecast(SPEED, load, SHAPE, 10, 100, Priority.INTERACTIVE)
-    assert f is not None and f.wait_s == 0.0
-    assert f.first_token_s == pytest.approx(0.01)  # the prompt fits one chunk: one step gives the first token
-    assert f.total_s == pytest.approx(0.01 + 99 * 0.01)  # then one token a step
-    assert f.idle_first_token_s == pytest.approx(10 / 1000)  # the prompt at the best rate seen
-    assert f.idle_total_s == pytest.approx(10 / 1000 + 99 * 0.005)
-    long = forecast(SPEED, load, SHAPE, 1500, 1, Priority.INTERACTIVE)  # three chunks, at least 1.5 s at best
-    assert long is not None and long.first_token_s == pytest.approx(1.5) and long.idle_first_token_s == 1.5
-    many = forecast(SPEED, load, Shape(4, 100), 1000, 1, Priority.INTERACTIVE)  # ten chunks of a step each
-    assert many is not None and many.first_token_s == pytest.approx(1.0)
-
-
-def test_full_slots_wait_for_the_work_ahead_of_the_same_or_higher_priority() -> None:
-    load = Load(running=4, running_work=300, work={Priority.INTERACTIVE: 200, Priority.BATCH: 100_000},
-                waiting={Priority.INTERACTIVE: 2, Priority.BATCH: 50})
-    f = forecast(SPEED, load, SHAPE, 10, 100, Priority.INTERACTIVE)
-    assert f is not None and f.wait_s == pytest.approx(5.0)  # the waiting batch work goes after it
-    b = forecast(SPEED, load, SHAPE, 10, 100, Priority.BATCH)
-    assert b is not None and b.wait_s == pytest.approx(1005.0)
+def test_a_free_slot_means_no_wait_and_a_full_engine_waits_for_the_first_to_end() -> None:
+    f = forecast(SPEED, running(2, 5000), SHAPE, 10, 100, Priority.INTERACTIVE)
+    step = CAL.step(3)
+    assert f is not None and f.wait_s == 0.0 and f.step_s == pytest.approx(step)
+    assert f.first_token_s == pytest.approx(step + 10 * 0.001)  # one chunk: one step, plus its tokens
+    assert f.total_s == pytest.approx(step + 0.01 + 99 * step)
+    assert f.idle_total_s == pytest.approx(0.01 + 0.01 + 99 * 0.01)
+    two = Shape(n_slots=2, chunk_tokens=512)
+    cal2 = Speed(Calibration(2, 0.01, 0.02, 0.0))
+    full = Load([Work(0, 100), Work(0, 300)])
+    f = forecast(cal2, full, two, 10, 10, Priority.INTERACTIVE)
+    assert f is not None and f.wait_s == pytest.approx(100 * 0.02)  # the shorter one ends first
+    queued = Load(list(full.running), [Work(10, 50), Work(10, 1000, Priority.BATCH)])
+    f = forecast(cal2, queued, two, 10, 10, Priority.INTERACTIVE)  # behind the interactive one, not the batch
+    assert f is not None and f.wait_s == pytest.approx(100 * 0.02 + 0.02 + 49 * 0.02)  # after the other one
+    b = forecast(cal2, queued, two, 10, 10, Priority.BATCH)
+    assert b is not None and b.wait_s == pytest.approx(300 * 0.02)  # the batch one ahead took the first slot
 
 
 def test_verdicts() -> None:
-    busy = Load(running=4, running_work=500)  # 5 s of work ahead
+    busy = running(16, 40)  # 40 steps of 150 ms: 6 s until a slot is free
     assert judge(SPEED, busy, SHAPE, request(), now=0.0).verdict is Verdict.FITS  # no deadline
-    assert judge(SPEED, busy, SHAPE, request(deadline=7.0), now=0.0).verdict is Verdict.FITS  # 6.0 s, +10%
-    assert judge(SPEED, busy, SHAPE, request(deadline=6.5), now=0.0).verdict is Verdict.SHED  # no headroom left
-    shed = judge(SPEED, busy, SHAPE, request(deadline=4.5), now=0.0)
-    assert shed.verdict is Verdict.SHED and shed.needed_s == pytest.approx(6.0 * (1 + HEADROOM))
-    assert shed.left_s == 4.5 and shed.retry_after == 3 and shed.wait_s == pytest.approx(5.0)
-    assert not shed.first_token
-    never = judge(SPEED, Load(), SHAPE, request(deadline=0.4), now=0.0)  # 100 tokens take 0.5 s at best
-    assert never.verdict is Verdict.NEVER and never.needed_s == pytest.approx(0.505)
-    # a stream's first token: the prompt and one step
-    first = judge(SPEED, busy, SHAPE, request(first=1.0), now=0.0)
+    f = forecast(SPEED, busy, SHAPE, 10, 100, Priority.INTERACTIVE)
+    assert f is not None and f.wait_s == pytest.approx(6.0)
+    fits = judge(SPEED, busy, SHAPE, request(deadline=f.total_s * (1 + HEADROOM) + 0.01), now=0.0)
+    assert fits.verdict is Verdict.FITS
+    shed = judge(SPEED, busy, SHAPE, request(deadline=f.total_s), now=0.0)  # no headroom left
+    assert shed.verdict is Verdict.SHED and shed.needed_s == pytest.approx(f.total_s * (1 + HEADROOM))
+    assert shed.wait_s == pytest.approx(6.0) and 1 <= shed.retry_after <= 60 and not shed.displaces
+    never = judge(SPEED, Load(), SHAPE, request(deadline=0.4), now=0.0)  # 100 tokens take ~1 s at best
+    assert never.verdict is Verdict.NEVER and never.needed_s == pytest.approx(0.01 + 0.01 + 99 * 0.01)
+    first = judge(SPEED, busy, SHAPE, request(first=1.0), now=0.0)  # a stream's first token waits 6 s
     assert first.verdict is Verdict.SHED and first.first_token
-    assert judge(SPEED, busy, SHAPE, request(prompt=2000, first=1.0), now=0.0).verdict is Verdict.NEVER
-    assert judge(SPEED, Load(), SHAPE, request(deadline=100.0, first=1.0), now=0.0).verdict is Verdict.FITS
-    # time the server spent before submitting (arrival 0, now 0.3) is its own: not enough left is SHED
-    late = judge(SPEED, Load(), SHAPE, request(deadline=0.6), now=0.3)
-    assert late.verdict is Verdict.SHED and late.left_s == pytest.approx(0.3)
-    assert judge(SPEED, Load(), SHAPE, request(deadline=0.6), now=0.7).verdict is Verdict.SHED  # already past
+    # time the server spent before submitting (arrival 0, now 0.6) is its own: not enough left is SHED
+    late = judge(SPEED, Load(), SHAPE, request(new=50, deadline=1.0), now=0.6)
+    assert late.verdict is Verdict.SHED and late.left_s == pytest.approx(0.4)
+
+
+def test_a_deadline_the_caller_did_not_set_never_refuses() -> None:
+    """No timeout header: the server's cap bounds the request (it ends there) but no forecast refuses it."""
+    busy = running(16, 10_000)
+    for deadline in (0.001, 1.0, 1800.0):
+        j = judge(SPEED, busy, SHAPE, request(new=2000, deadline=deadline, judged=False), now=0.0)
+        assert j.verdict is Verdict.FITS and j.forecast is not None  # still forecast (its error is measured)
+    # a stream's first-token deadline is always the caller's (an SDK's read timeout)
+    assert judge(SPEED, busy, SHAPE, request(first=1.0, judged=False), now=0.0).verdict is Verdict.SHED
+
+
+def test_a_request_that_would_push_a_running_one_past_its_deadline_is_shed() -> None:
+    """Five running, each with 64 tokens left and 3.9 s to go: at batch 5 they need 64 x 47 ms = 3.0 s (+10%:
+    3.3 s); a sixth would make every step 57 ms (3.6 s, +10%: 4.0 s): over. It fits its own deadline, but is
+    shed."""
+    load = running(5, 64, deadline=3.9)
+    alone = forecast(SPEED, load, SHAPE, 10, 8, Priority.INTERACTIVE)
+    assert alone is not None and alone.total_s < 1.0
+    j = judge(SPEED, load, SHAPE, request(new=8, deadline=100.0), now=0.0)
+    assert j.verdict is Verdict.SHED and j.displaces and "running" in j.describe()
+    assert j.needed_s > j.left_s == 3.9
+    # the same with no deadline among the running: admitted; one already late is not protected at others' cost
+    assert judge(SPEED, running(5, 64), SHAPE, request(new=8, deadline=100.0), now=0.0).verdict is Verdict.FITS
+    assert judge(SPEED, running(5, 64, deadline=1.0), SHAPE, request(new=8, deadline=100.0),
+                 now=0.0).verdict is Verdict.FITS
+    # lower-priority waiting work is scheduled after it by design: not protected from it either
+    behind = Load(running(4, 64).running, [Work(10, 64, Priority.BATCH, deadline=4.0)])
+    assert judge(SPEED, behind, SHAPE, request(new=8, deadline=100.0), now=0.0).verdict is Verdict.FITS
 
 
 def test_the_estimate_of_new_tokens_counts_not_the_limit() -> None:
@@ -124,35 +188,12 @@ def test_the_estimate_of_new_tokens_counts_not_the_limit() -> None:
     assert judge(SPEED, Load(), SHAPE, request(new=2000, estimated=256, deadline=5.0), 0.0).verdict is Verdict.FITS
 
 
+def test_no_calibration_no_forecast() -> None:
+    assert forecast(Speed(), Load(), SHAPE, 10, 100, Priority.INTERACTIVE) is None
+    assert judge(Speed(), running(16, 10**6), SHAPE, request(deadline=0.001), now=0.0).verdict is Verdict.FITS
+    assert Speed().rate(0.0) == 0.0 and SPEED.rate(0.0) == pytest.approx(16 / 0.15)
+
+
 def test_retry_after_is_whole_seconds_between_1_and_60() -> None:
     assert retry_after_s(0.01) == 1 and retry_after_s(2.5) == 3 and retry_after_s(1e6) == 60
     assert retry_after_s(-1.0) == 1 and not math.isnan(retry_after_s(0.0))
-
-
-def test_the_step_time_follows_the_batch_the_request_would_join() -> None:
-    """Measured at 16 sequences a step (150 ms) with a 10 ms lone step: a request joining an empty engine is
-    forecast at the lone step's pace, one joining a full batch at the full batch's."""
-    from dataclasses import replace
-
-    from sluicegate.engine.forecast import Load, step_at
-
-    busy = replace(SPEED, step_s=0.15, fastest_step_s=0.01, batch=16.0)
-    shape = Shape(n_slots=16, chunk_tokens=512)
-    assert step_at(busy, 1) == 0.01 and abs(step_at(busy, 16) - 0.15) < 1e-9
-    idle = forecast(busy, Load(), shape, 10, 64, Priority.INTERACTIVE)
-    full = forecast(busy, Load(running=15, running_work=15 * 32), shape, 10, 64, Priority.INTERACTIVE)
-    assert idle is not None and full is not None
-    assert idle.total_s < 1.0 < 9.0 < full.total_s  # 63 x 10 ms, against 63 x 150 ms
-    # so after a burst measured at full load, an idle engine admits a 10 s request again
-    req = request(prompt=10, new=64, deadline=10.0)
-    assert judge(busy, Load(), shape, req, now=0.0).verdict is Verdict.FITS
-    assert judge(busy, Load(running=15, running_work=15 * 32), shape, req, now=0.0).verdict is Verdict.SHED
-
-
-def test_the_batch_size_is_averaged_over_busy_time() -> None:
-    t = Throughput()
-    t.observe(16, 0.15, seqs=16)
-    assert t.speed.batch == 16
-    for _ in range(400):
-        t.observe(1, 0.05, seqs=1)  # 20 s of lone steps: four time constants
-    assert t.speed.batch < 1.5

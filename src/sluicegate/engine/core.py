@@ -22,7 +22,9 @@ from prometheus_client import CollectorRegistry
 from sluicegate.backends.base import BatchItem, ModelRunner
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
 from sluicegate.engine.forecast import (
+    Calibration,
     DeadlineTooShort,
+    Forecast,
     Load,
     Shape,
     Speed,
@@ -31,6 +33,8 @@ from sluicegate.engine.forecast import (
     expected_new,
     judge,
     load_of,
+    plan,
+    work_of,
 )
 from sluicegate.engine.metrics import EngineMetrics
 from sluicegate.engine.sampler import SampleRow, sample
@@ -49,6 +53,7 @@ from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, 
 log = logging.getLogger("sluicegate.engine")
 
 _FAILED = "the engine failed while running this request"
+SHORT, CHUNK = 4, 32  # calibration (Engine.calibrate): a minimal prompt, and the prompt tokens whose cost is timed
 
 Sink = Callable[[RequestOutput], None]
 
@@ -102,7 +107,10 @@ class Engine:
         self._waiting_tokens = 0
         self._load = Load()  # the same for deadline admission: published load, plus the inbox taken since
         self._inbox_load = Load()  # what the inbox holds
-        self._throughput = Throughput()  # measured by the engine thread after every step
+        self._throughput = Throughput()  # calibrated at load (`calibrate`), corrected after every step
+        # request id -> (when it is forecast to end, seconds a step, new tokens expected), as of the last admission
+        # that counted it: the forecast's error, once it ends
+        self._forecasts: dict[str, tuple[float, float, int]] = {}
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
         self._accepting = True
@@ -137,7 +145,7 @@ class Engine:
             self._admit_by_deadline(request)
             self._inbox.append((request, sink))
             self._inbox_tokens += n_prompt
-            self._inbox_load.add(request.priority, n_prompt + expected_new(request))
+            self._inbox_load.waiting.append(work_of(request))
             self._lock.notify()
 
     @property
@@ -145,19 +153,76 @@ class Engine:
         """The measured speed deadline admission forecasts with (engine/forecast.py)."""
         return self._throughput.speed
 
+    def calibrate(self, repeats: int = 6) -> Calibration:
+        """Measure the step model deadline admission forecasts with (engine/forecast.py): what prompt tokens
+        add to a step (a `CHUNK`-token prompt against a `SHORT`-token one), then decode steps of one sequence and
+        of every slot (the median of `repeats`, after one not counted). Call it before `start` (the engine
+        thread owns the runner after); it leaves every slot empty. About 3 s on a 2-core CPU (SmolLM2-135M)."""
+        r, n = self.runner, self.runner.limits.n_slots
+        vocab = max(2, r.limits.n_vocab)
+        ids = [(100 + i) % vocab for i in range(CHUNK + SHORT)]
+
+        def timed(items: list[BatchItem]) -> float:
+            began = time.perf_counter()
+            r.execute(items)
+            return time.perf_counter() - began
+
+        def prefill(n_tokens: int) -> float:
+            times = []
+            for _ in range(3):
+                r.clear(0)
+                times.append(timed([BatchItem(0, ids[:n_tokens], 0)]))
+            return sorted(times)[1]
+
+        def decode(slots: range) -> float:
+            per_call = max(1, r.limits.n_batch // SHORT)
+            for first in range(0, len(slots), per_call):
+                for s in slots[first:first + per_call]:
+                    r.clear(s)
+                r.execute([BatchItem(s, ids[:SHORT], 0) for s in slots[first:first + per_call]])
+            times = [timed([BatchItem(s, [ids[k]], SHORT + k) for s in slots]) for k in range(repeats + 1)]
+            return sorted(times[1:])[repeats // 2]
+
+        try:
+            prefill(SHORT)  # warm-up: first-call costs are not a step's
+            token_s = max(0.0, prefill(SHORT + CHUNK) - prefill(SHORT)) / CHUNK
+            step_1 = decode(range(1))
+            step_n = decode(range(n)) if n > 1 else step_1
+        finally:
+            for s in range(n):
+                r.clear(s)
+        c = Calibration(n, step_1, max(step_1, step_n), token_s)
+        self._throughput.calibrate(c, time.monotonic())
+        log.info("calibrated the step time: %.1f ms at one sequence, %.1f ms at %d; %.2f ms a prompt token",
+                 c.step_1 * 1e3, c.step_n * 1e3, n, c.token_s * 1e3)
+        return c
+
     def _admit_by_deadline(self, request: EngineRequest) -> None:
-        """Refuse (under the lock) a request the forecast says cannot meet its deadlines (engine/forecast.py)."""
+        """Refuse (under the lock) a request the forecast says cannot meet its deadlines, or would push an
+        admitted one past its own (engine/forecast.py); keep the forecast of one admitted (its error)."""
         if not self.scheduler.config.deadline_admission:
             return
         load = self._load.copy().merge(self._inbox_load)
         shape = Shape(self.runner.limits.n_slots, self.scheduler.config.max_batch_tokens)
-        j = judge(self._throughput.speed, load, shape, request, time.monotonic())
+        now = time.monotonic()
+        j = judge(self._throughput.speed, load, shape, request, now)
+        if j.verdict is Verdict.FITS and j.forecast is not None:
+            self._replan(load, shape, request, now, j.forecast)
         if j.verdict is Verdict.NEVER:
             raise DeadlineTooShort(j)
         if j.verdict is Verdict.SHED:
             with self.stats.lock:
                 self.stats.requests_shed += 1
             raise EngineOverloaded(j.retry_after, j.describe(), code="wait_exceeds_deadline")
+
+    def _replan(self, load: Load, shape: Shape, request: EngineRequest, now: float, f: Forecast) -> None:
+        """Keep the forecast end of every request in the engine, as admitting `request` changes them."""
+        ends, mine = plan(self._throughput.speed, load, shape, now, work_of(request))
+        for w, end in ends:
+            if w.key in self._forecasts:
+                self._forecasts[w.key] = (end, f.step_s, self._forecasts[w.key][2])
+        self._forecasts[request.request_id] = (now + f.total_s if mine is None else mine[2], f.step_s,
+                                               expected_new(request))
 
     def abort(self, request_id: str) -> None:
         with self._lock:
@@ -245,6 +310,8 @@ class Engine:
             except Exception:
                 log.exception("could not admit %s", request.request_id)
                 self._live.pop(request.request_id, None)
+                with self._lock:
+                    self._forecasts.pop(request.request_id, None)
                 seq = self.scheduler.find(request.request_id)
                 if seq is not None:
                     self.scheduler.finish(seq, FinishReason.ERROR, time.monotonic())
@@ -298,10 +365,11 @@ class Engine:
                 decode_only = all(c.start_pos >= c.seq.prompt_len for c in out.chunks)
                 drafting.observe_step(sum(len(c.token_ids) for c in out.chunks) if decode_only else 0, done - began)
             results = self.scheduler.update(out, sampled[0], done)
-            agreed = self._settle_drafts(out, sampled[0]) if any(c.n_draft for c in out.chunks) else 0
-            # the forecast's rate is of useful tokens: refused drafts are work, not progress
-            self._throughput.observe(sum(len(c.token_ids) - c.n_draft for c in out.chunks) + agreed, done - now,
-                                     len(out.chunks))
+            if any(c.n_draft for c in out.chunks):
+                self._settle_drafts(out, sampled[0])
+            decoding = [c for c in out.chunks if c.start_pos >= c.seq.prompt_len]
+            self._throughput.observe(len(decoding), sum(len(c.token_ids) for c in out.chunks) - len(decoding),
+                                     done - now, done)
             with self.stats.lock:
                 self.stats.steps += 1
                 self.stats.prompt_tokens += sum(
@@ -409,6 +477,7 @@ class Engine:
             m.prefill.observe(first - start)
             m.decode.observe(now - first)
         m.finished(reason.value)
+        self._forecast_error(seq, reason, now)
         with self.stats.lock:
             self.stats.requests_finished += 1
             self.stats.cached_tokens += seq.cached_tokens
@@ -428,6 +497,18 @@ class Engine:
                 completion_tokens=len(seq.output_ids), seed=seq.seed, timing=timing, error=error,
             ),
         )
+
+    def _forecast_error(self, seq: Seq, reason: FinishReason, now: float) -> None:
+        """Observe forecast / actual for a run that ended normally, the forecast taken at the tokens it made."""
+        with self._lock:
+            kept = self._forecasts.pop(seq.request.request_id, None)
+        if kept is None or reason not in (FinishReason.EOS, FinishReason.LENGTH, FinishReason.STOP):
+            return
+        end, step, expected = kept
+        n = len(seq.output_ids)
+        actual = now - seq.request.arrival
+        if n and actual > 0:  # the forecast at the tokens it made (an early end-of-text is not the speed's error)
+            self.metrics.forecast_error.observe((end - max(0, expected - n) * step - seq.request.arrival) / actual)
 
     def _fail(self, out: SchedulerOutput) -> None:
         """Fail the step's sequences: their KV may be half-written, so their slots are cleared, cache too."""
@@ -483,7 +564,7 @@ class Engine:
             self.stats.prefix_hits = slots.hits
             self.stats.prefix_evicted_tokens = slots.evictions
             self.stats.prefix_cached_tokens = slots.cached_tokens
-            self.stats.drain_tokens_per_second = self._throughput.speed.rate
+            self.stats.drain_tokens_per_second = self._throughput.speed.rate(time.monotonic())
             if self.scheduler.drafting is not None:
                 self.stats.spec_row_cost = self.scheduler.drafting.cost
 

@@ -1,146 +1,174 @@
-"""Deadline admission: how long a new request would wait and take, from the engine's measured speed.
+"""Deadline admission: whether a new request can finish inside its deadline, without pushing the requests
+already admitted past theirs (docs/timeouts.md, "Deadline admission").
 
-The engine thread measures every step (`Throughput.observe`): the tokens it carried (prompt chunks plus one
-decode token per running sequence) over its wall time. Two exponentially weighted moving averages over *busy*
-time (idle time between steps does not count: a server idle for an hour has not become slow), with a time
-constant of `TAU_S` seconds of work:
+The model of a step, **calibrated while the model loads** (`Engine.calibrate`, before `/readyz` says ready):
 
-- `rate`, tokens per second: the engine's drain rate, whatever the batch holds;
-- `step_s`, seconds per step: how long one decode token takes a running sequence at the present load;
-- `batch`, sequences per step: the load `step_s` was measured at;
+    step(b)       = step_1 + (step_n - step_1) * (b - 1) / (n - 1)     a decode step of b sequences
+    cost(b, p)    = step(max(b, 1)) + p * token_s                      a step that also prefills p prompt tokens
 
-and the best ever seen, an idle server's speed: `peak_rate` (the fastest tokens per second of any step: a
-full prompt chunk) and `fastest_step_s` (the shortest step: a lone decode token). Hand-written: three
-numbers updated per step; a metrics library would add a lock and an allocation per step for nothing.
+`step_1` and `step_n` are decode steps measured at one sequence and at the full slot count `n`; `token_s` is
+what each prompt token of a full chunk adds. On a CPU a decode step's cost grows with the sequences it carries
+(one pass over the weights, plus each sequence's own work): 16 sequences took ~15x one here, so the batch a
+request would join matters as much as the queue ahead of it.
 
-A request's forecast (`forecast`), from the load the engine thread publishes (`Load`):
+The calibration is corrected by what every step measures (`Throughput.observe`): `scale`, a moving average of
+log(measured / modelled) in which every step weighs `ALPHA`, however long it took (a slow first prefill is one
+step among others, not most of the average), each step's ratio clamped to [1/`MAX_RATIO`, `MAX_RATIO`] (one
+step stalled by the operating system moves it by a bounded amount). With no step for a while the correction
+decays back to the calibration (time constant `DECAY_S`): an engine that refuses everything on a wrong estimate
+measures nothing, so its estimate must return to the calibration on its own, and does within seconds.
 
-    wait        = 0 when a free slot is left for every run and nobody of its priority or higher waits,
-                  else work_ahead / rate           (work_ahead: tokens every running sequence, and every
-                                                    waiting request of its priority or higher, still has to
-                                                    process: running ones are never preempted)
-    step        = step time at the batch the request would join: b = min(slots, running + waiting ahead + 1),
-                  fastest_step_s + (step_s - fastest_step_s) * (b - 1) / (batch - 1)
-    prefill     = max(ceil(prompt / chunk) * step, prompt / peak_rate)
-    first token = wait + prefill                   (the last prompt chunk's step samples the first token)
-    total       = wait + prefill + (new_tokens - 1) * step     (then one token per step)
-    idle        = prompt / peak_rate + (new_tokens - 1) * fastest_step_s   (the best ever seen)
+A request's forecast (`plan`): the engine as a list of slots, each free when the running sequence in it ends;
+the requests waiting ahead of it (every one of its priority or higher: they are scheduled first) take the
+earliest free slot in turn, then it does. Everyone is timed at the step of the batch the engine will hold,
+`b = min(n, running + waiting + 1)`:
 
-where `chunk` is the most tokens one step carries (`max_batch_tokens`): a prompt is prefilled in chunks that
-take a step each, not token by token at the drain rate (which decode steps dominate).
+    duration      = ceil(prompt / chunk) * step(b) + prompt * token_s + (new - 1) * step(b)
+    first token   = start + ceil(prompt / chunk) * step(b) + prompt * token_s
+    idle          = the same on an empty engine at the calibration (b = 1, no correction above 1)
 
-The step time is interpolated by batch size because on a CPU a decode step's cost grows with the sequences it
-carries (one pass over the weights, plus each sequence's own work): a step of 16 sequences took ~15x one of a
-single sequence here. Forecasting with the step time measured at full load would refuse a request that an
-engine with free slots would answer at once, and, since nothing admitted means nothing measured, go on
-refusing everything after a burst (the averages only move while the engine works).
+times `scale`. A request is admitted (`judge`) only when
 
-`work_ahead / rate` is the time the engine needs to drain what is ahead at its measured rate: slightly more
-than the real wait when slots free up at different times. A request is admitted only when its forecast, with
-`HEADROOM` (10%) added, fits the time left: the step time varies, and the answer must still reach its caller,
-whose timer started before the server's. Both err towards refusing a request that might just have fitted
-rather than admitting one that will expire after spending compute. Until `MIN_BUSY_S` of
-work and `MIN_STEPS` steps have been measured there is no forecast, and nothing is refused by it (a cold
-server must not refuse everything).
+- its own forecast, with `HEADROOM` (10%) added, fits the time left before each of its deadlines (SHED: 503,
+  Retry-After); its idle forecast must fit its whole budget, or no server could answer it (NEVER: 4xx);
+- and every request already admitted (running, or waiting ahead of it) that fitted its own deadline before it
+  came still fits after (SHED): a request that would enlarge the batch slows every sequence in it.
+
+Only deadlines the caller set are judged (`EngineRequest.judged`): a request that sent no timeout is bounded by
+the server's cap (`--max-timeout`) and its default, which end it, but is never refused by a forecast it did not
+ask for. Each forecast is checked against what happened (`Engine`: the histogram
+`sluicegate_forecast_error_ratio`).
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sluicegate.engine.scheduler import Seq
 from sluicegate.engine.types import EngineRequest, Priority
 
-TAU_S = 5.0  # the averages' time constant, in seconds of busy time
-MIN_BUSY_S = 1.0  # measured work needed before a forecast refuses anything
-MIN_STEPS = 16  # ... and this many steps
+ALPHA = 0.1  # each step's weight in the correction (a fixed weight: a step's length does not weigh it)
+SLOW_ALPHA = 0.01  # ... in the long-run correction an idle engine's decays towards
+MAX_RATIO = 4.0  # one step moves the correction by at most log(4) x ALPHA
+DECAY_S = 3.0  # with no step for this long, the correction has fallen to 1/e of itself (towards the calibration)
 MAX_RETRY_AFTER_S = 60  # the official SDKs honour a Retry-After up to 60 s (longer: their own backoff)
 HEADROOM = 0.1  # admit only a forecast this fraction inside the time left: the answer must still reach the caller
 
 
 @dataclass(frozen=True, slots=True)
-class Speed:
-    """The measured speed at one moment (immutable: published by reference, read without a lock)."""
+class Calibration:
+    """The step model, measured at load (`Engine.calibrate`)."""
 
-    rate: float = 0.0  # tokens per busy second, EWMA
-    step_s: float = 0.0  # seconds per step, EWMA
-    peak_rate: float = 0.0  # fastest tokens per second of any step
-    fastest_step_s: float = math.inf  # shortest step
-    batch: float = 0.0  # sequences per step, EWMA: the load step_s was measured at
-    busy_s: float = 0.0  # work measured so far
+    n_slots: int
+    step_1: float  # seconds, a decode step of one sequence
+    step_n: float  # seconds, a decode step of n_slots sequences
+    token_s: float  # seconds each prompt token adds to a step
+
+    def step(self, batch: int) -> float:
+        if self.n_slots <= 1:
+            return self.step_1
+        b = min(max(batch, 1), self.n_slots)
+        return self.step_1 + max(0.0, self.step_n - self.step_1) * (b - 1) / (self.n_slots - 1)
+
+    def cost(self, decoding: int, prompt_tokens: int) -> float:
+        """A step carrying `decoding` decode tokens and `prompt_tokens` prompt tokens."""
+        return self.step(decoding) + prompt_tokens * self.token_s
+
+
+@dataclass(frozen=True, slots=True)
+class Speed:
+    """The model and its correction at one moment (immutable: published by reference, read without a lock)."""
+
+    calibration: Calibration | None = None
+    log_scale: float = 0.0  # the correction's logarithm, as of `at`
+    log_slow: float = 0.0  # the same averaged over many more steps (`SLOW_ALPHA`), never decayed
+    at: float = 0.0  # monotonic time of the last step measured
     steps: int = 0
 
     @property
     def measured(self) -> bool:
-        return self.busy_s >= MIN_BUSY_S and self.steps >= MIN_STEPS and self.rate > 0
+        """A forecast exists (the engine was calibrated)."""
+        return self.calibration is not None
+
+    def scale(self, now: float) -> float:
+        """measured / modelled step time, decayed over idle time towards the faster of the calibration and the
+        long-run correction: never towards a slower estimate than either, so an idle engine always ends up
+        admitting what either says fits (a calibration taken while other work held the cores is corrected by
+        the long-run average, and a long-run average from a busy hour by the calibration)."""
+        target = min(0.0, self.log_slow)
+        return math.exp(target + (self.log_scale - target) * math.exp(-max(0.0, now - self.at) / DECAY_S))
+
+    def best_scale(self, now: float) -> float:
+        """The most optimistic correction known: what an idle server's forecast uses (NEVER)."""
+        return min(1.0, math.exp(self.log_slow), self.scale(now))
+
+    def rate(self, now: float) -> float:
+        """Decode tokens per second with every slot busy (0 before calibration)."""
+        c = self.calibration
+        return 0.0 if c is None else c.n_slots / (c.step_n * self.scale(now))
 
 
 class Throughput:
-    """Written by the engine thread after each step; `speed` is its latest snapshot."""
+    """Written by the engine thread (calibration, then every step); `speed` is its latest snapshot."""
 
     def __init__(self) -> None:
         self.speed = Speed()
 
-    def observe(self, tokens: int, seconds: float, seqs: int = 1) -> None:
-        if tokens <= 0 or seconds <= 0:
-            return
+    def calibrate(self, calibration: Calibration, now: float) -> None:
+        self.speed = Speed(calibration, at=now)
+
+    def observe(self, decoding: int, prompt_tokens: int, seconds: float, now: float) -> None:
+        """One step of `decoding` decode tokens and `prompt_tokens` prompt tokens took `seconds`, ending `now`
+        (only the time before it, idle, decays the correction)."""
         s = self.speed
-        a = 1.0 - math.exp(-seconds / TAU_S)  # weight by time: a long step counts for more of the average
-        first = s.steps == 0
-        self.speed = Speed(
-            rate=tokens / seconds if first else s.rate + a * (tokens / seconds - s.rate),
-            step_s=seconds if first else s.step_s + a * (seconds - s.step_s),
-            peak_rate=max(s.peak_rate, tokens / seconds),
-            fastest_step_s=min(s.fastest_step_s, seconds),
-            batch=seqs if first else s.batch + a * (seqs - s.batch),
-            busy_s=s.busy_s + seconds,
-            steps=s.steps + 1,
-        )
+        c = s.calibration
+        if c is None or seconds <= 0 or decoding + prompt_tokens <= 0:
+            return
+        ratio = min(MAX_RATIO, max(1.0 / MAX_RATIO, seconds / c.cost(decoding, prompt_tokens)))
+        current, x = math.log(s.scale(now - seconds)), math.log(ratio)
+        self.speed = replace(s, log_scale=current + ALPHA * (x - current), log_slow=s.log_slow + SLOW_ALPHA * (
+            x - s.log_slow), at=now, steps=s.steps + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One request in the engine, as admission sees it."""
+
+    prompt: int  # prompt tokens still to compute
+    new: int  # new tokens still expected
+    priority: Priority = Priority.INTERACTIVE
+    deadline: float | None = None  # the caller's own deadline (monotonic): admission keeps it; None: none judged
+    key: str = ""  # the request's id
 
 
 @dataclass(slots=True)
 class Load:
-    """What the engine holds, as admission sees it: published by the engine thread under the engine's lock,
-    plus what was submitted since (the inbox)."""
+    """What the engine holds: published by the engine thread under the engine's lock, plus what was submitted
+    since (the inbox). `waiting` is in arrival order."""
 
-    running: int = 0  # sequences holding a slot
-    running_work: int = 0  # tokens they still have to process (whatever their priority: no preemption)
-    waiting: dict[Priority, int] = field(default_factory=dict)  # requests waiting, by priority
-    work: dict[Priority, int] = field(default_factory=dict)  # tokens the waiting ones will process, by priority
-
-    def add(self, priority: Priority, tokens: int) -> None:
-        """One more waiting request of `tokens` work."""
-        self.work[priority] = self.work.get(priority, 0) + tokens
-        self.waiting[priority] = self.waiting.get(priority, 0) + 1
-
-    def ahead_of(self, priority: Priority) -> tuple[int, int]:
-        """(requests waiting, tokens of work) that a new request of `priority` would find ahead of it: every
-        running sequence's, and the waiting ones of its priority or higher (they are scheduled first)."""
-        n = sum(v for p, v in self.waiting.items() if p <= priority)
-        return n, self.running_work + sum(v for p, v in self.work.items() if p <= priority)
+    running: list[Work] = field(default_factory=list)
+    waiting: list[Work] = field(default_factory=list)
 
     def copy(self) -> Load:
-        return Load(self.running, self.running_work, dict(self.waiting), dict(self.work))
+        return Load(list(self.running), list(self.waiting))
 
     def merge(self, other: Load) -> Load:
-        """Add `other`'s waiting requests and work to this one (its running count is the engine's own)."""
-        for p, n in other.waiting.items():
-            self.waiting[p] = self.waiting.get(p, 0) + n
-        for p, w in other.work.items():
-            self.work[p] = self.work.get(p, 0) + w
+        """Add `other`'s waiting requests to this one's (its running ones are the engine's own)."""
+        self.waiting.extend(other.waiting)
         return self
 
+    @property
+    def n_waiting(self) -> int:
+        return len(self.waiting)
 
-@dataclass(frozen=True, slots=True)
-class Forecast:
-    wait_s: float
-    first_token_s: float
-    total_s: float
-    idle_first_token_s: float
-    idle_total_s: float
+    @property
+    def tokens(self) -> int:
+        """Tokens of work in it (the drain-rate Retry-After of a full queue)."""
+        return sum(w.prompt + w.new for w in (*self.running, *self.waiting))
 
 
 def expected_new(request: EngineRequest) -> int:
@@ -149,17 +177,17 @@ def expected_new(request: EngineRequest) -> int:
     return request.params.max_new_tokens if est is None else min(est, request.params.max_new_tokens)
 
 
+def work_of(request: EngineRequest, prompt: int | None = None, made: int = 0) -> Work:
+    return Work(len(request.prompt_ids) if prompt is None else prompt, max(0, expected_new(request) - made),
+                request.priority, request.deadline if request.judged else None, request.request_id)
+
+
 def load_of(running: Iterable[Seq], waiting: Iterable[Seq]) -> Load:
-    """The load the scheduler's queues hold (engine thread): work left of each running sequence (the rest of
-    its prompt, the new tokens it is still expected to make) and the whole work of each waiting one."""
-    load = Load()
-    for seq in running:
-        load.running += 1
-        prompt_left = seq.prompt_len - min(seq.num_computed, seq.prompt_len)
-        load.running_work += prompt_left + max(0, expected_new(seq.request) - len(seq.output_ids))
-    for seq in waiting:
-        load.add(seq.request.priority, seq.prompt_len + expected_new(seq.request))
-    return load
+    """The load the scheduler's queues hold (engine thread)."""
+    return Load(
+        [work_of(s.request, s.prompt_len - min(s.num_computed, s.prompt_len), len(s.output_ids)) for s in running],
+        [work_of(s.request) for s in sorted(waiting, key=lambda s: s.order)],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,37 +198,67 @@ class Shape:
     chunk_tokens: int  # the most tokens one step carries (a prompt chunk's upper bound)
 
 
-def step_at(speed: Speed, batch: int) -> float:
-    """The step time at `batch` sequences: linear between the fastest step (one sequence) and the average
-    step at the measured batch size; the average itself when no batch size was measured."""
-    fastest = min(speed.fastest_step_s, speed.step_s)
-    if speed.batch <= 1.0:
-        return speed.step_s
-    per_seq = max(0.0, speed.step_s - fastest) / (speed.batch - 1.0)
-    return fastest + per_seq * max(0, batch - 1)
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    wait_s: float  # until a slot is its
+    first_token_s: float  # from now
+    total_s: float  # from now
+    step_s: float  # one decode step at the batch it joins
+    idle_first_token_s: float  # on an empty engine, at best
+    idle_total_s: float
+
+
+def _times(c: Calibration, shape: Shape, step: float, scale: float, w: Work) -> tuple[float, float]:
+    """(prefill, whole run) seconds of `w` at `step` per decode step."""
+    prefill = (math.ceil(w.prompt / shape.chunk_tokens) * step + w.prompt * c.token_s) * scale if w.prompt else 0.0
+    return prefill, prefill + max(w.new - (1 if w.prompt else 0), 0) * step * scale
+
+
+def plan(speed: Speed, load: Load, shape: Shape, now: float, new: Work | None = None
+         ) -> tuple[list[tuple[Work, float]], tuple[float, float, float] | None]:
+    """When each request of `load` (running, then waiting in scheduling order) would finish, with `new` queued
+    behind everyone of its priority or higher; and `new`'s (start, first token, finish), all absolute."""
+    c = speed.calibration
+    assert c is not None
+    scale = speed.scale(now)
+    queue = sorted(load.waiting, key=lambda w: w.priority)  # stable: arrival order within a priority
+    if new is not None:
+        at = next((i for i, w in enumerate(queue) if w.priority > new.priority), len(queue))
+        queue.insert(at, new)
+    step = c.step(min(shape.n_slots, len(load.running) + len(queue)))
+    ends: list[tuple[Work, float]] = []
+    free = [now] * max(0, shape.n_slots - len(load.running))
+    for w in load.running:
+        end = now + _times(c, shape, step, scale, w)[1]
+        ends.append((w, end))
+        free.append(end)
+    heapq.heapify(free)
+    mine = None
+    for w in queue:
+        start = heapq.heappop(free) if free else now
+        prefill, total = _times(c, shape, step, scale, w)
+        heapq.heappush(free, start + total)
+        if w is new:
+            mine = (start, start + prefill, start + total)
+        else:
+            ends.append((w, start + total))
+    return ends, mine
 
 
 def forecast(speed: Speed, load: Load, shape: Shape, prompt_tokens: int, new_tokens: int,
-             priority: Priority) -> Forecast | None:
-    """The forecast for one run of `prompt_tokens` + `new_tokens` (None: not measured yet)."""
-    if not speed.measured:
+             priority: Priority, now: float = 0.0) -> Forecast | None:
+    """The forecast for one run of `prompt_tokens` + `new_tokens`, in seconds from `now` (None: not calibrated)."""
+    c = speed.calibration
+    if c is None:
         return None
-    n_waiting, work_ahead = load.ahead_of(priority)
-    free = shape.n_slots - load.running - sum(load.waiting.values())
-    wait = 0.0 if free > 0 and n_waiting == 0 else work_ahead / speed.rate
-    peak = max(speed.peak_rate, speed.rate)
-    fastest = min(speed.fastest_step_s, speed.step_s)
-    idle_prefill = max(prompt_tokens / peak, fastest)
-    step = step_at(speed, min(shape.n_slots, load.running + n_waiting + 1))
-    prefill = max(math.ceil(prompt_tokens / shape.chunk_tokens) * step, idle_prefill)
-    decode = max(new_tokens - 1, 0)
-    return Forecast(
-        wait_s=wait,
-        first_token_s=wait + prefill,
-        total_s=wait + prefill + decode * step,
-        idle_first_token_s=idle_prefill,
-        idle_total_s=idle_prefill + decode * fastest,
-    )
+    w = Work(prompt_tokens, new_tokens, priority)
+    _, mine = plan(speed, load, shape, now, w)
+    assert mine is not None
+    start, first, end = mine
+    best = speed.best_scale(now)
+    idle_first, idle_total = _times(c, shape, c.step_1, best, w)
+    step = c.step(min(shape.n_slots, len(load.running) + len(load.waiting) + 1)) * speed.scale(now)
+    return Forecast(start - now, first - now, end - now, step, idle_first, idle_total)
 
 
 def retry_after_s(over_s: float) -> int:
@@ -210,8 +268,8 @@ def retry_after_s(over_s: float) -> int:
 
 
 class Verdict(enum.Enum):
-    FITS = "fits"  # admit (also: no deadline, or no forecast yet)
-    SHED = "shed"  # cannot finish in time at the present load: 503 overloaded, Retry-After
+    FITS = "fits"  # admit (also: no deadline of the caller's, or no calibration)
+    SHED = "shed"  # cannot finish in time at the present load, or would push others out: 503, Retry-After
     NEVER = "never"  # cannot finish in time even on an idle server: the caller must change the request
 
 
@@ -222,6 +280,8 @@ class Judgement:
     left_s: float = 0.0  # time left before that bound (NEVER: the whole budget, from the request's arrival)
     first_token: bool = False  # the bound that failed is the first-token deadline (streams)
     wait_s: float = 0.0
+    displaces: bool = False  # SHED because admitting it would push an admitted request past its deadline
+    forecast: Forecast | None = None
 
     @property
     def retry_after(self) -> int:
@@ -229,9 +289,12 @@ class Judgement:
         return retry_after_s(self.needed_s - self.left_s)
 
     def describe(self) -> str:
+        if self.displaces:
+            return (f"admitting it would make a request already running miss its deadline (by "
+                    f"{self.needed_s - self.left_s:.1f} s at the measured speed)")
         bound = "first token" if self.first_token else "answer"
-        return (f"the {bound} would take {self.needed_s:.1f} s ({self.wait_s:.1f} s waiting behind the work "
-                f"queued ahead, at the measured rate); the deadline is {max(self.left_s, 0.0):.1f} s away")
+        return (f"the {bound} would take {self.needed_s:.1f} s ({self.wait_s:.1f} s waiting for a slot, at the "
+                f"measured speed); the deadline is {max(self.left_s, 0.0):.1f} s away")
 
 
 class DeadlineTooShort(Exception):
@@ -243,23 +306,42 @@ class DeadlineTooShort(Exception):
         self.judgement = judgement
 
 
+def _displaced(speed: Speed, load: Load, shape: Shape, now: float, new: Work) -> tuple[float, float] | None:
+    """(needed, left) of the first admitted request that fits its deadline now and would not with `new`."""
+    before, _ = plan(speed, load, shape, now)
+    after, _ = plan(speed, load, shape, now, new)
+    was = {id(w): end for w, end in before}
+    running = {id(w) for w in load.running}
+    for w, end in after:
+        if w.deadline is None or (w.priority > new.priority and id(w) not in running):
+            continue  # lower-priority waiting work is scheduled after `new` by design
+        need = (end - now) * (1 + HEADROOM)
+        if need > w.deadline - now and (was[id(w)] - now) * (1 + HEADROOM) <= w.deadline - now:
+            return need, w.deadline - now
+    return None
+
+
 def judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float) -> Judgement:
-    """Whether one run can meet its deadlines (the whole answer's, and a stream's first token). NEVER compares
-    the idle forecast with the whole budget (from the request's arrival): time the server already spent on it
-    (a slow tokenisation under load) makes it SHED, the server's fault, not the caller's."""
-    bounds = [(d, first) for d, first in ((request.deadline, False), (request.first_token_deadline, True))
-              if d is not None]
-    if not bounds:
-        return Judgement(Verdict.FITS)
-    f = forecast(speed, load, shape, len(request.prompt_ids), expected_new(request), request.priority)
-    if f is None:
-        return Judgement(Verdict.FITS)
+    """Whether one run can meet its caller's deadlines (the whole answer's, and a stream's first token) without
+    pushing an admitted request past its own. NEVER compares the idle forecast with the whole budget (from the
+    request's arrival): time the server already spent on it (a slow tokenisation under load) makes it SHED,
+    the server's fault, not the caller's."""
+    f = forecast(speed, load, shape, len(request.prompt_ids), expected_new(request), request.priority, now)
+    answer = request.deadline if request.judged else None  # a stream's first-token deadline is always the caller's
+    bounds = [(d, first) for d, first in ((answer, False), (request.first_token_deadline, True)) if d is not None]
+    if f is None or not bounds:
+        return Judgement(Verdict.FITS, forecast=f)
     shed: Judgement | None = None
     for deadline, first in bounds:
         budget, left = deadline - request.arrival, deadline - now  # the time already spent is the server's
         idle, need = (f.idle_first_token_s, f.first_token_s) if first else (f.idle_total_s, f.total_s)
         if idle > budget:
-            return Judgement(Verdict.NEVER, idle, budget, first, f.wait_s)
+            return Judgement(Verdict.NEVER, idle, budget, first, f.wait_s, forecast=f)
         if need * (1 + HEADROOM) > left and shed is None:
-            shed = Judgement(Verdict.SHED, need * (1 + HEADROOM), left, first, f.wait_s)
-    return shed or Judgement(Verdict.FITS)
+            shed = Judgement(Verdict.SHED, need * (1 + HEADROOM), left, first, f.wait_s, forecast=f)
+    if shed is not None:
+        return shed
+    pushed = _displaced(speed, load, shape, now, work_of(request))
+    if pushed is not None:
+        return Judgement(Verdict.SHED, pushed[0], pushed[1], False, f.wait_s, displaces=True, forecast=f)
+    return Judgement(Verdict.FITS, forecast=f)

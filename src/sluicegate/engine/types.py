@@ -87,6 +87,8 @@ class EngineRequest:
     tenant: str = ""
     deadline: float | None = None  # monotonic; past it the request is dropped (queued) or cut (running)
     first_token_deadline: float | None = None  # monotonic; past it, a request with no token yet is dropped
+    judged: bool = True  # `deadline` is the caller's own: deadline admission may refuse by it (False: the
+    # server's default or cap, which ends the request but never refuses it; engine/forecast.py)
     estimated_new_tokens: int | None = None  # new tokens expected (the serving core's cost estimate; None:
     # max_new_tokens): what deadline admission forecasts with (engine/forecast.py), never a limit
     constraint: Constraint | None = None

@@ -241,6 +241,7 @@ async def start_runs(
     estimate = model.token_budget.estimate_new_tokens
     requests: list[EngineRequest] = []
     cost = 0
+    judged = deadline.caller_set(ctx, stream=stream)
     for k, ids in enumerate(prompts):
         for i in range(n):
             run = dataclasses.replace(params, seed=run_seed(params.seed, i)) if n > 1 else params
@@ -248,7 +249,8 @@ async def start_runs(
             expected = run.max_new_tokens if requested_new is not None else min(run.max_new_tokens, estimate)
             requests.append(EngineRequest(
                 rid, ids, run, arrival=ctx.arrival, priority=ctx.priority, tenant=ctx.tenant,
-                deadline=ctx.deadline, first_token_deadline=ctx.first_token_deadline, estimated_new_tokens=expected,
+                deadline=ctx.deadline, first_token_deadline=ctx.first_token_deadline, judged=judged,
+                estimated_new_tokens=expected,
                 constraint=None if constraint is None else constraint(),
             ))
             cost += len(ids) + run.max_new_tokens  # what it may cost: a reservation it can never outrun

@@ -106,6 +106,15 @@ def apply(ctx: RequestContext, timeout: CallerTimeout | None, config: DeadlineCo
     ctx.first_token_deadline = None
 
 
+def caller_set(ctx: RequestContext, *, stream: bool) -> bool:
+    """Whether the request's whole-answer deadline (a stream's, when it streams) is the caller's own budget:
+    only such a deadline may refuse a request by forecast (engine/forecast.py). The server's default and cap
+    end a request that outlives them, but never refuse one up front."""
+    d = ctx.deadlines
+    b = None if d is None else d.stream if stream else d.answer
+    return b is not None and b.source not in (DEFAULT_SOURCE, MAX_SOURCE)
+
+
 def too_short(exc: DeadlineTooShort, ctx: RequestContext, *, stream: bool, new_param: str | None) -> ApiError:
     """The 4xx for a request that cannot meet its deadline even on an idle server, with the numbers."""
     j = exc.judgement
