@@ -342,3 +342,28 @@ def test_shedding_and_the_never_fits_4xx_once_the_speed_is_measured() -> None:
         assert m["sluicegate_drain_tokens_per_second"] > 0
         assert m["sluicegate_forecast_error_ratio_count"] >= 1  # the warm-up's forecast, against its latency
         assert m['sluicegate_request_errors_total{type="deadline_too_short"}'] >= 2
+
+
+def test_after_a_wrong_estimate_the_server_admits_again_within_seconds() -> None:
+    """Steps 8x slower for one long run teach the forecast that the engine is slow; then the engine is fast again,
+    and a refusing engine measures nothing. The estimate decays back to the calibration: a client that honours
+    Retry-After is admitted after a few seconds' worth of it (an estimate that only moved while the engine
+    worked stayed wrong for good)."""
+    with served(Config(), n_slots=1) as (s, runner, _), httpx.Client(base_url=s.url, timeout=120) as http:
+        runner.delay_s = 8 * DELAY
+        slow = http.post("/v1/completions", json={"model": "reference", "prompt": "Hi", "max_tokens": 60,
+                                                  "logit_bias": NO_EOS})
+        assert slow.status_code == 200
+        runner.delay_s = DELAY
+        # 100 tokens: ~1 s at the calibration, ~4 s at the wrong estimate; 3 s allowed
+        body = {"model": "reference", "prompt": "Hi", "max_tokens": 100, "logit_bias": NO_EOS}
+        asked: list[int] = []
+        while sum(asked) <= 10:
+            r = http.post("/v1/completions", json=body, headers={"X-Request-Timeout": "3"})
+            if r.status_code != 503:
+                break
+            assert r.json()["error"]["code"] == "wait_exceeds_deadline"
+            asked.append(int(r.headers["retry-after"]))
+            time.sleep(asked[-1])  # as the SDKs do
+        assert r.status_code == 200, r.text
+        assert sum(asked) <= 10, asked
