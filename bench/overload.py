@@ -1,4 +1,5 @@
-"""Overload with deadlines: clients at twice the engine's capacity, each giving up after 10 s.
+"""Overload with deadlines: a burst as a fresh server's first traffic, one client alone, requests without a
+timeout, and clients at twice the engine's capacity, each giving up after 10 s.
 
     flock /tmp/sluicegate-bench.lock .venv/bin/python bench/overload.py --write            # the full run
     ... bench/overload.py --slots 2 --max-tokens 8 --capacity-s 4 --phase-s 4 --timeout 5  # a smoke run
@@ -7,8 +8,15 @@
 
 One server: the real model (`serve --slots S --threads 2`). Every request is the same shape: a non-streamed
 `POST /v1/chat/completions`, greedy, end-of-text banned (logit_bias), so every answer is exactly
-`--max-tokens` tokens; each prompt is distinct. Three phases, each started on a drained engine:
+`--max-tokens` tokens; each prompt is distinct. The phases, each started on a drained engine:
 
+0. before anything else (the server answered nothing yet; its forecast has only the calibration it measured
+   while loading):
+   - cold burst: `--burst` (40) requests at once, each with `X-Request-Timeout: --burst-timeout` (4);
+   - a burst with no timeout: 16 concurrent `POST /v1/generate` of 40 new tokens sharing a 100-token prefix,
+     no header (the server's `--max-timeout` bounds them): none may be refused;
+   then, after the capacity phase, the same burst as the cold one again (warm burst): what a warmed server
+   answers of it is the burst's capacity, against which the cold burst's goodput is measured (target: 80%);
 1. capacity: 2S closed-loop clients for `--capacity-s` seconds, no deadline: answers per second with every
    slot busy and a queue waiting (with only S clients a slot would idle between a client's answer and its next
    request), over the steady state (after the first quarter). This also warms the engine's speed measurement
@@ -17,6 +25,14 @@ One server: the real model (`serve --slots S --threads 2`). Every request is the
    request sending `X-Request-Timeout: T` (`--timeout`, 10) and giving up after T seconds (it closes its
    connection, and the server aborts what it was doing for it);
 3. the same arrivals without the header: the clients still give up after T seconds.
+
+Phase 2 runs right after the warm burst (2x capacity after a burst). Then a second fresh server: one client,
+`--single` (20) requests one after another, each with `X-Request-Timeout: --burst-timeout` (4) for an answer an
+idle server gives in under a second: every one must be answered.
+
+For every phase, the forecast's error: the median (and 10th-90th percentile) of forecast latency over actual
+latency of the requests the engine ran to their end (`sluicegate_forecast_error_ratio`; 1 is exact; target:
+the median within 20%).
 
 Measured on the client: each answer's status and latency, each refusal's latency and Retry-After. Goodput =
 answers (200) received within T of sending, per second of arrivals, against the capacity (target: at least
@@ -31,11 +47,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import platform
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +73,9 @@ QUEUED, RUNNING = 'requests_expired_total{stage="queued"}', 'requests_expired_to
 CANCELLED = 'requests_finished_total{finish_reason="cancelled"}'
 COUNTERS = ("requests_shed_total", QUEUED, RUNNING, CANCELLED, "prompt_tokens_total",
             "generated_tokens_total", "requests_in_deadline_total", "goodput_tokens_total")
+RATIO = "forecast_error_ratio_bucket"
+PREFIX = ("You are a careful assistant. Answer briefly, cite no sources, and never invent facts. If a question is "
+          "ambiguous, say which reading you answer. Prefer plain words to jargon. ") * 2  # ~100 tokens
 
 
 @dataclass
@@ -91,11 +112,13 @@ def body(i: int, max_tokens: int) -> dict[str, object]:
             "max_tokens": max_tokens, "temperature": 0.0, "logit_bias": BANNED_EOS}
 
 
-async def one(c: httpx.AsyncClient, i: int, args: argparse.Namespace, phase: Phase, header: bool) -> None:
+async def one(c: httpx.AsyncClient, i: int, args: argparse.Namespace, phase: Phase, header: bool,
+              path: str = "/v1/chat/completions", payload: dict[str, object] | None = None) -> None:
+    """One request; `args.timeout` is both its header's budget (with `header`) and when its client gives up."""
     headers = {"X-Request-Timeout": format(args.timeout, "g")} if header else {}
     t0 = time.perf_counter()
     try:
-        r = await asyncio.wait_for(c.post("/v1/chat/completions", json=body(i, args.max_tokens), headers=headers),
+        r = await asyncio.wait_for(c.post(path, json=payload or body(i, args.max_tokens), headers=headers),
                                    args.timeout)
     except TimeoutError:
         phase.gave_up += 1
@@ -126,7 +149,8 @@ async def one(c: httpx.AsyncClient, i: int, args: argparse.Namespace, phase: Pha
 
 async def counters(c: httpx.AsyncClient) -> dict[str, float]:
     m = parse_metrics((await c.get("/metrics")).text)
-    return {k: m.get(f"sluicegate_{k}", 0.0) for k in (*COUNTERS, "running", "waiting")}
+    ratio = {k[len("sluicegate_"):]: v for k, v in m.items() if k.startswith(f"sluicegate_{RATIO}")}
+    return {**{k: m.get(f"sluicegate_{k}", 0.0) for k in (*COUNTERS, "running", "waiting")}, **ratio}
 
 
 async def drained(c: httpx.AsyncClient) -> dict[str, float]:
@@ -179,27 +203,92 @@ async def open_loop(c: httpx.AsyncClient, args: argparse.Namespace, phase: Phase
     await asyncio.gather(*tasks)
 
 
-async def run(url: str, args: argparse.Namespace) -> tuple[Phase, list[Phase]]:
+async def measured(c: httpx.AsyncClient, phase: Phase, work: Awaitable[None]) -> Phase:
+    before = await drained(c)
+    await work
+    phase.counters = diff(await drained(c), before)
+    return phase
+
+
+async def run(url: str, args: argparse.Namespace) -> tuple[Phase, list[Phase], list[Phase]]:
     limits = httpx.Limits(max_connections=4096, max_keepalive_connections=512)
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(None), limits=limits) as c:
         MODEL["name"] = (await c.get("/v1/models")).json()["data"][0]["id"]
-        await one(c, 0, argparse.Namespace(**{**vars(args), "timeout": 600.0}), Phase("warm-up"), header=False)
+        label = f"{args.burst} at once, X-Request-Timeout: {args.burst_timeout:g}"
+        cold = Phase(f"cold burst (the first traffic): {label}")
+        await measured(c, cold, burst(c, args, cold, first=2_000_000))
+        untimed = Phase("16 at once, no timeout header (/v1/generate, 40 tokens, shared prefix)")
+        await measured(c, untimed, untimed_burst(c, args, untimed))
         cap = Phase("capacity")
-        before = await drained(c)
-        await closed_loop(c, args, cap)
-        cap.counters = diff(await drained(c), before)
+        await measured(c, cap, closed_loop(c, args, cap))
+        warm = Phase(f"warm burst (after the capacity phase): {label}")
+        await measured(c, warm, burst(c, args, warm, first=2_500_000))
         rate = args.factor * cap.goodput
-        phases = [Phase(f"{args.factor:g}x capacity, X-Request-Timeout: {args.timeout:g}"),
+        phases = [Phase(f"{args.factor:g}x capacity right after the warm burst, X-Request-Timeout: {args.timeout:g}"),
                   Phase(f"{args.factor:g}x capacity, no header (clients still give up after {args.timeout:g} s)")]
         for k, (p, header) in enumerate(zip(phases, (True, False), strict=True)):
             before = await drained(c)
             await open_loop(c, args, p, rate, header, first=(k + 1) * 1_000_000)
             p.counters = diff(await drained(c), before)
-        return cap, phases
+        return cap, phases, [cold, untimed, warm]
 
 
 def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    return {k: after[k] - before.get(k, 0.0) for k in COUNTERS}
+    return {k: after[k] - before.get(k, 0.0) for k in after if k in COUNTERS or k.startswith(RATIO)}
+
+
+def ratio_pct(counts: dict[str, float], q: float) -> float:
+    """The q-quantile of forecast / actual from the histogram's buckets (linear within a bucket)."""
+    bounds = sorted((float(k.split('le="')[1].rstrip('"}')), v) for k, v in counts.items() if k.startswith(RATIO))
+    total = bounds[-1][1] if bounds else 0.0
+    if not total:
+        return float("nan")
+    lo, below = 0.0, 0.0
+    for le, cum in bounds:
+        if cum >= q * total:
+            if math.isinf(le):
+                return lo
+            return lo + (le - lo) * ((q * total - below) / (cum - below) if cum > below else 1.0)
+        lo, below = le, cum
+    return lo
+
+
+def forecast_error(counts: dict[str, float]) -> str:
+    n = max((v for k, v in counts.items() if k.startswith(RATIO)), default=0.0)
+    if not n:
+        return "-"
+    return (f"{ratio_pct(counts, 0.5):.2f} ({ratio_pct(counts, 0.1):.2f}-{ratio_pct(counts, 0.9):.2f}; "
+            f"{n:.0f} runs)")
+
+
+async def burst(c: httpx.AsyncClient, args: argparse.Namespace, phase: Phase, first: int) -> None:
+    """`--burst` chat requests at once, each with `--burst-timeout`."""
+    tight = argparse.Namespace(**{**vars(args), "timeout": args.burst_timeout})
+    phase.sent = args.burst
+    await asyncio.gather(*(one(c, first + k, tight, phase, header=True) for k in range(args.burst)))
+
+
+async def untimed_burst(c: httpx.AsyncClient, args: argparse.Namespace, phase: Phase) -> None:
+    """16 concurrent /v1/generate, 40 new tokens, a shared 100-token prefix, no timeout sent."""
+    wide = argparse.Namespace(**{**vars(args), "timeout": 600.0})
+    phase.sent = 16
+    await asyncio.gather(*(one(c, k, wide, phase, header=False, path="/v1/generate", payload={
+        "prompt": f"{PREFIX}Question {k}: name a colour and say why you like it.", "max_new_tokens": 40,
+        "temperature": 0.0}) for k in range(16)))
+
+
+async def single(url: str, args: argparse.Namespace) -> Phase:
+    """One client on a fresh server: `--single` requests in turn, each with `--burst-timeout`."""
+    phase = Phase(f"one client, fresh server, X-Request-Timeout: {args.burst_timeout:g}")
+    tight = argparse.Namespace(**{**vars(args), "timeout": args.burst_timeout})
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(None)) as c:
+        MODEL["name"] = (await c.get("/v1/models")).json()["data"][0]["id"]
+        before = await drained(c)
+        for k in range(args.single):
+            phase.sent += 1
+            await one(c, 3_000_000 + k, tight, phase, header=True)
+        phase.counters = diff(await drained(c), before)
+    return phase
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -207,10 +296,21 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))] if s else float("nan")
 
 
-def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], started: str, load0: float) -> str:
+def burst_row(p: Phase) -> str:
+    k = p.counters
+    refused = f"{len(p.refused)} ({pct(p.refused, 0.5):.0f} / {pct(p.refused, 0.99):.0f} ms)" if p.refused else "0"
+    return (f"| {p.name} | {p.sent} | {p.in_time} ({median(p.latency) if p.latency else 0:.0f} / "
+            f"{pct(p.latency, 1.0) if p.latency else 0:.0f} ms) | {refused} | {p.expired} | {p.gave_up} "
+            f"| {k[QUEUED]:.0f} | **{k[RUNNING]:.0f}** | {forecast_error(k)} "
+            f"| {', '.join(f'{n} x {st}' for st, n in sorted(p.other.items())) or '-'} |")
+
+
+def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], bursts: list[Phase], alone: Phase,
+           started: str, load0: float) -> str:
     flags = " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in (
         ("slots", args.slots), ("max_tokens", args.max_tokens), ("capacity_s", args.capacity_s),
-        ("phase_s", args.phase_s), ("timeout", args.timeout), ("factor", args.factor))
+        ("phase_s", args.phase_s), ("timeout", args.timeout), ("factor", args.factor), ("burst", args.burst),
+        ("burst_timeout", args.burst_timeout), ("single", args.single))
         if v != DEFAULTS[k])
     rows = []
     for p in phases:
@@ -224,37 +324,63 @@ def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], started: s
             f"({median(p.latency) if p.latency else 0:.0f} ms) | {p.goodput:.2f} "
             f"| **{100 * p.goodput / cap.goodput:.0f}%** | {refused} | {p.expired} | {p.gave_up} "
             f"| {k['requests_shed_total']:.0f} | {k[QUEUED]:.0f} "
-            f"| {k[RUNNING]:.0f} | {k[CANCELLED]:.0f} "
+            f"| **{k[RUNNING]:.0f}** | {k[CANCELLED]:.0f} "
             f"| {computed:.0f} | {wasted:.0f} ({100 * wasted / computed if computed else 0:.0f}%) "
-            f"| {', '.join(f'{n} x {st}' for st, n in sorted(p.other.items())) or '-'} |")
+            f"| {forecast_error(k)} | {', '.join(f'{n} x {st}' for st, n in sorted(p.other.items())) or '-'} |")
     target = phases[0].goodput / cap.goodput if cap.goodput else 0.0
+    cold, untimed, warm = bursts
+    cold_share = cold.in_time / warm.in_time if warm.in_time else 0.0
+    refused_untimed = len(untimed.refused) + sum(n for st, n in untimed.other.items() if st.startswith("4"))
+    running = sum(p.counters[RUNNING] for p in (*phases, *bursts, alone))
+    checks = [
+        f"one client alone: {alone.in_time} of {alone.sent} answered in time (target: all, "
+        f"{'met' if alone.in_time == alone.sent else 'missed'})",
+        f"no timeout header: {refused_untimed} of {untimed.sent} refused (target: none, "
+        f"{'met' if not refused_untimed else 'missed'})",
+        f"cold burst: {cold.in_time} answered in time, {100 * cold_share:.0f}% of the warm burst's {warm.in_time} "
+        f"(target: at least 80%, {'met' if cold_share >= 0.8 else 'missed'})",
+        f"warm 2x overload: goodput {100 * target:.0f}% of capacity (target: at least 90%, "
+        f"{'met' if target >= 0.9 else 'missed'})",
+        f"admitted and expired while running, every phase together: {running:.0f} (target: none, "
+        f"{'met' if not running else 'missed'})",
+    ]
     return "\n".join([
         HEADING, "",
-        f"Command: `flock /tmp/sluicegate-bench.lock .venv/bin/python bench/overload.py{' ' + flags if flags else ''}"
-        f"{' --write' if args.write else ''}` ({started}, load average {load0:.1f} at the start, "
-        f"{os.getloadavg()[0]:.1f} at the end). Machine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}. bench/overload.py describes the phases.",
+        f"Command: `.venv/bin/python bench/overload.py{' ' + flags if flags else ''}"
+        f"{' --write' if args.write else ''}`, under an exclusive lock (no other benchmark at the same time) "
+        f"({started}, load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: other work "
+        f"shared the machine where that is above ~1). Machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}. bench/overload.py describes the phases. "
+        "Forecast / actual: the median (10th-90th percentile) of `sluicegate_forecast_error_ratio` over the "
+        "phase's runs; 1 is exact, above 1 the forecast was pessimistic.",
         "",
+        f"Bursts and a lone client, {args.max_tokens} new tokens each (chat; the untimed burst: /v1/generate, 40):",
+        "",
+        "| workload | sent | answered in time (median / max latency) | refused 503 (p50 / p99 latency) | 504 "
+        "| client gave up | expired queued | expired running | forecast / actual | other |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *(burst_row(p) for p in (cold, untimed, warm, alone)), "",
         f"Capacity: {2 * args.slots} closed-loop clients on {args.slots} slots, non-streamed chat, exactly "
         f"{args.max_tokens} new tokens each: **{cap.goodput:.2f} answers/s** (answers arriving after the first "
-        f"quarter of {args.capacity_s:g} s; median latency {median(cap.latency) if cap.latency else 0:.0f} ms). Then "
-        f"open-loop arrivals at {args.factor:g}x that rate for {args.phase_s:g} s, each client giving up after "
-        f"{args.timeout:g} s:",
+        f"quarter of {args.capacity_s:g} s; median latency {median(cap.latency) if cap.latency else 0:.0f} ms; "
+        f"forecast / actual {forecast_error(cap.counters)}). Then open-loop arrivals at {args.factor:g}x that rate "
+        f"for {args.phase_s:g} s, each client giving up after {args.timeout:g} s:",
         "",
         "| workload | offered req/s | sent | answered in time (median latency) | goodput req/s | goodput / capacity "
         "| refused 503 (latency p50 / p99) | 504 | client gave up | engine: shed | expired queued "
-        "| expired running | cancelled (client left) | tokens computed | of which for nobody | other |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| expired running | cancelled (client left) | tokens computed | of which for nobody | forecast / actual "
+        "| other |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows, "",
-        f"Goodput with deadlines: {100 * target:.0f}% of capacity (target: at least 90%, "
-        f"{'met' if target >= 0.9 else 'missed'}). Tokens computed = prompt tokens computed (cache hits excluded) "
+        "Targets: " + "; ".join(checks) + ". Tokens computed = prompt tokens computed (cache hits excluded) "
         "plus tokens generated, from the engine's counters; \"for nobody\" = those not in an answer its client "
         "received in time (the shared chat-template prefix is served from the prefix cache, so it is not counted).",
         "",
     ])
 
 
-DEFAULTS = {"slots": 16, "max_tokens": 64, "capacity_s": 60.0, "phase_s": 120.0, "timeout": 10.0, "factor": 2.0}
+DEFAULTS = {"slots": 16, "max_tokens": 64, "capacity_s": 60.0, "phase_s": 120.0, "timeout": 10.0, "factor": 2.0,
+            "burst": 40, "burst_timeout": 4.0, "single": 20}
 
 
 def main() -> None:
@@ -265,6 +391,10 @@ def main() -> None:
     ap.add_argument("--phase-s", type=float, default=DEFAULTS["phase_s"])
     ap.add_argument("--timeout", type=float, default=DEFAULTS["timeout"], help="each client's budget, seconds")
     ap.add_argument("--factor", type=float, default=DEFAULTS["factor"], help="arrival rate / capacity")
+    ap.add_argument("--burst", type=int, default=DEFAULTS["burst"], help="requests in the cold and warm bursts")
+    ap.add_argument("--burst-timeout", type=float, default=DEFAULTS["burst_timeout"],
+                    help="the bursts' and the lone client's budget, seconds")
+    ap.add_argument("--single", type=int, default=DEFAULTS["single"], help="the lone client's requests")
     ap.add_argument("--reference", type=float, default=None, metavar="STEP_MS",
                     help="instead of the real model, the reference backend with every step taking STEP_MS: a check "
                          "of the mechanism (the printout is not for docs/benchmarks.md)")
@@ -273,18 +403,21 @@ def main() -> None:
     if args.reference is not None and args.write:
         raise SystemExit("--reference runs are not benchmarks of the model: no --write")
     started, load0 = time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
-    with contextlib.ExitStack() as stack:
+    def server(stack: contextlib.ExitStack) -> str:
         if args.reference is None:
-            url = stack.enter_context(
+            return stack.enter_context(
                 sluicegate_server("--slots", str(args.slots), "--threads", "2", "--log-level", "warning"))
-        else:
-            from sluicegate.testing.refserver import running
+        from sluicegate.testing.refserver import running
 
-            logs = stack.enter_context(tempfile.TemporaryDirectory())
-            url = stack.enter_context(running(Path(logs), "--slots", str(args.slots), "--ctx", "512", "--eos-slope",
-                                              "0", "--step-delay-ms", format(args.reference, "g"))).url
-        cap, phases = asyncio.run(run(url, args))
-    text = report(args, cap, phases, started, load0)
+        logs = stack.enter_context(tempfile.TemporaryDirectory())
+        return stack.enter_context(running(Path(logs), "--slots", str(args.slots), "--ctx", "512", "--eos-slope",
+                                           "0", "--step-delay-ms", format(args.reference, "g"))).url
+
+    with contextlib.ExitStack() as stack:
+        cap, phases, bursts = asyncio.run(run(server(stack), args))
+    with contextlib.ExitStack() as stack:
+        alone = asyncio.run(single(server(stack), args))
+    text = report(args, cap, phases, bursts, alone, started, load0)
     print(text)
     if args.write:
         write_section(HEADING, text)
