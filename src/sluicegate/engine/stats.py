@@ -33,7 +33,8 @@ GAUGE_HELP = {
     "kv_tokens_total": "KV positions in all slots (slots x window)",
     "kv_usage": "kv_tokens_used / kv_tokens_total",
     "prefix_cached_tokens": "prompt tokens held by free slots, ready for reuse",
-    "drain_tokens_per_second": "measured drain rate: tokens processed per second of busy time (moving average)",
+    "drain_tokens_per_second": "decode tokens per second with every slot busy, at the forecast's calibrated and "
+                               "corrected step model",
     "spec_row_cost": "adaptive speculative decoding: a further decode row's measured cost, as a share of a "
                      "one-row step (a draft must be kept with at least this chance to pay at one sequence)",
 }
@@ -80,7 +81,7 @@ class EngineStats:
     kv_tokens_used: int = 0  # KV positions held by running sequences
     kv_tokens_total: int = 0  # slots x window
     prefix_cached_tokens: int = 0  # prompt tokens held by free slots, ready for reuse
-    drain_tokens_per_second: float = 0.0  # the forecast's measured rate (engine/forecast.py)
+    drain_tokens_per_second: float = 0.0  # the forecast's full-batch decode rate (engine/forecast.py)
     spec_row_cost: float = 0.0  # adaptive drafting's cost model (engine/speculative.py); 0 when off
     finish_times: deque[float] = field(default_factory=lambda: deque(maxlen=1024))  # for the drain rate
     lock: threading.Lock = field(default_factory=threading.Lock)
