@@ -197,3 +197,34 @@ def test_no_calibration_no_forecast() -> None:
 def test_retry_after_is_whole_seconds_between_1_and_60() -> None:
     assert retry_after_s(0.01) == 1 and retry_after_s(2.5) == 3 and retry_after_s(1e6) == 60
     assert retry_after_s(-1.0) == 1 and not math.isnan(retry_after_s(0.0))
+
+
+def test_the_correction_learns_each_end_of_the_batch_range() -> None:
+    """Calibrated at 10 ms for one sequence and 150 ms for 16 while a neighbour held the cores at the start: the
+    machine really does 5 ms and 150 ms. Steps of both sizes teach each end its own correction."""
+    t = Throughput()
+    t.calibrate(CAL, now=0.0)
+    now = 0.0
+    for _ in range(200):
+        for d, secs in ((1, 0.005), (16, 0.15)):
+            now += secs
+            t.observe(d, 0, secs, now)
+    s = t.speed
+    assert s.scale(now, 1) == pytest.approx(0.5, rel=0.05) and s.scale(now, 16) == pytest.approx(1.0, rel=0.05)
+    assert s.scale(now, 8) == pytest.approx(math.sqrt(0.5), rel=0.05)  # log-linear in between
+
+
+def test_an_empty_engine_admits_a_probe_that_the_forecast_refuses() -> None:
+    """A calibration twice too slow says 100 tokens need 2 s: a 1.5 s budget would be refused for good (nothing
+    admitted, nothing measured). An empty engine admits it as a probe, within twice the time left."""
+    slow = Speed(Calibration(16, 0.02, 0.3, 0.0))
+    req = request(new=100, deadline=1.5)
+    assert judge(slow, Load(), SHAPE, req, now=0.0).verdict is Verdict.NEVER
+    j = judge(slow, Load(), SHAPE, req, now=0.0, probe=True)
+    assert j.verdict is Verdict.FITS and j.probe
+    # not while anything runs or waits (a probe takes no compute from anyone), nor far beyond its budget
+    assert not judge(slow, running(1, 10), SHAPE, req, now=0.0, probe=True).probe
+    assert not judge(slow, Load(waiting=[Work(1, 1)]), SHAPE, req, now=0.0, probe=True).probe
+    assert judge(slow, Load(), SHAPE, request(new=100, deadline=0.9), now=0.0, probe=True).verdict is Verdict.NEVER
+    # and never for a request that would not be refused anyway
+    assert not judge(SPEED, Load(), SHAPE, req, now=0.0, probe=True).probe

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from sluicegate.backends.base import BatchItem, ModelRunner
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
 from sluicegate.engine.forecast import (
+    PROBE_S,
     Calibration,
     DeadlineTooShort,
     Forecast,
@@ -111,6 +112,7 @@ class Engine:
         # request id -> (when it is forecast to end, seconds a step, new tokens expected), as of the last admission
         # that counted it: the forecast's error, once it ends
         self._forecasts: dict[str, tuple[float, float, int]] = {}
+        self._last_probe = -math.inf  # when an empty engine last admitted a request the forecast refused
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
         self._accepting = True
@@ -205,7 +207,11 @@ class Engine:
         load = self._load.copy().merge(self._inbox_load)
         shape = Shape(self.runner.limits.n_slots, self.scheduler.config.max_batch_tokens)
         now = time.monotonic()
-        j = judge(self._throughput.speed, load, shape, request, now)
+        j = judge(self._throughput.speed, load, shape, request, now, probe=now - self._last_probe >= PROBE_S)
+        if j.probe:
+            self._last_probe = now
+            log.info("admitting %s as a probe: the forecast says it does not fit, but the engine is empty",
+                     request.request_id)
         if j.verdict is Verdict.FITS and j.forecast is not None:
             self._replan(load, shape, request, now, j.forecast)
         if j.verdict is Verdict.NEVER:

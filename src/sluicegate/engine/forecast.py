@@ -12,11 +12,14 @@ what each prompt token of a full chunk adds. On a CPU a decode step's cost grows
 request would join matters as much as the queue ahead of it.
 
 The calibration is corrected by what every step measures (`Throughput.observe`): `scale`, a moving average of
-log(measured / modelled) in which every step weighs `ALPHA`, however long it took (a slow first prefill is one
-step among others, not most of the average), each step's ratio clamped to [1/`MAX_RATIO`, `MAX_RATIO`] (one
-step stalled by the operating system moves it by a bounded amount). With no step for a while the correction
-decays back to the calibration (time constant `DECAY_S`): an engine that refuses everything on a wrong estimate
-measures nothing, so its estimate must return to the calibration on its own, and does within seconds.
+log(measured / modelled), kept at one sequence and at every slot (log-linear in between; least mean squares
+shares each step's error between the ends), in which every step weighs `ALPHA`, however long it took (a slow
+first prefill is one step among others, not most of the average), each step's ratio clamped to
+[1/`MAX_RATIO`, `MAX_RATIO`] (one step stalled by the operating system moves it by a bounded amount). With no
+step for a while the correction decays back towards the calibration (time constant `DECAY_S`), or the long-run
+correction where that is faster: an engine that refuses everything on a wrong estimate measures nothing, so its
+estimate must come back on its own, and does within seconds. And an empty engine admits a refused request now
+and then as a probe (`judge(probe=...)`, `PROBE_S`), whose steps correct a calibration that was too slow.
 
 A request's forecast (`plan`): the engine as a list of slots, each free when the running sequence in it ends;
 the requests waiting ahead of it (every one of its priority or higher: they are scheduled first) take the
@@ -56,6 +59,8 @@ SLOW_ALPHA = 0.01  # ... in the long-run correction an idle engine's decays towa
 MAX_RATIO = 4.0  # one step moves the correction by at most log(4) x ALPHA
 DECAY_S = 3.0  # with no step for this long, the correction has fallen to 1/e of itself (towards the calibration)
 MAX_RETRY_AFTER_S = 60  # the official SDKs honour a Retry-After up to 60 s (longer: their own backoff)
+PROBE_FACTOR = 2.0  # an empty engine admits, as a probe, a request whose idle forecast is within this of its time left
+PROBE_S = 5.0  # ... at most once in this many seconds
 HEADROOM = 0.1  # admit only a forecast this fraction inside the time left: the answer must still reach the caller
 
 
@@ -84,8 +89,11 @@ class Speed:
     """The model and its correction at one moment (immutable: published by reference, read without a lock)."""
 
     calibration: Calibration | None = None
-    log_scale: float = 0.0  # the correction's logarithm, as of `at`
-    log_slow: float = 0.0  # the same averaged over many more steps (`SLOW_ALPHA`), never decayed
+    # the correction's logarithm at one sequence and at every slot (linear in between), as of `at`
+    log_1: float = 0.0
+    log_n: float = 0.0
+    slow_1: float = 0.0  # the same averaged over many more steps (`SLOW_ALPHA`), never decayed
+    slow_n: float = 0.0
     at: float = 0.0  # monotonic time of the last step measured
     steps: int = 0
 
@@ -94,22 +102,32 @@ class Speed:
         """A forecast exists (the engine was calibrated)."""
         return self.calibration is not None
 
-    def scale(self, now: float) -> float:
-        """measured / modelled step time, decayed over idle time towards the faster of the calibration and the
-        long-run correction: never towards a slower estimate than either, so an idle engine always ends up
-        admitting what either says fits (a calibration taken while other work held the cores is corrected by
-        the long-run average, and a long-run average from a busy hour by the calibration)."""
-        target = min(0.0, self.log_slow)
-        return math.exp(target + (self.log_scale - target) * math.exp(-max(0.0, now - self.at) / DECAY_S))
+    def _ends(self, now: float) -> tuple[float, float]:
+        """The correction's logarithms at both ends, decayed over idle time towards the faster of the calibration
+        and the long-run correction: never towards a slower estimate than either, so an idle engine always ends
+        up admitting what either says fits (a calibration taken while other work held the cores is corrected
+        by the long-run average, and a long-run average from a busy hour by the calibration)."""
+        k = math.exp(-max(0.0, now - self.at) / DECAY_S)
+        t1, tn = min(0.0, self.slow_1), min(0.0, self.slow_n)
+        return t1 + (self.log_1 - t1) * k, tn + (self.log_n - tn) * k
+
+    def _weight(self, batch: int) -> float:
+        c = self.calibration
+        return 0.0 if c is None or c.n_slots <= 1 else (min(max(batch, 1), c.n_slots) - 1) / (c.n_slots - 1)
+
+    def scale(self, now: float, batch: int = 1) -> float:
+        """Measured / modelled step time at `batch` sequences."""
+        w, (l1, ln) = self._weight(batch), self._ends(now)
+        return math.exp((1 - w) * l1 + w * ln)
 
     def best_scale(self, now: float) -> float:
-        """The most optimistic correction known: what an idle server's forecast uses (NEVER)."""
-        return min(1.0, math.exp(self.log_slow), self.scale(now))
+        """The most optimistic correction known for one sequence: what an idle server's forecast uses (NEVER)."""
+        return min(1.0, math.exp(self.slow_1), self.scale(now, 1))
 
     def rate(self, now: float) -> float:
         """Decode tokens per second with every slot busy (0 before calibration)."""
         c = self.calibration
-        return 0.0 if c is None else c.n_slots / (c.step_n * self.scale(now))
+        return 0.0 if c is None else c.n_slots / (c.step_n * self.scale(now, c.n_slots))
 
 
 class Throughput:
@@ -129,9 +147,16 @@ class Throughput:
         if c is None or seconds <= 0 or decoding + prompt_tokens <= 0:
             return
         ratio = min(MAX_RATIO, max(1.0 / MAX_RATIO, seconds / c.cost(decoding, prompt_tokens)))
-        current, x = math.log(s.scale(now - seconds)), math.log(ratio)
-        self.speed = replace(s, log_scale=current + ALPHA * (x - current), log_slow=s.log_slow + SLOW_ALPHA * (
-            x - s.log_slow), at=now, steps=s.steps + 1)
+        # least mean squares on the two ends: the error of the correction at this batch size, shared between the
+        # ends by how near the batch is to each
+        w, x = s._weight(decoding), math.log(ratio)
+        l1, ln = s._ends(now - seconds)
+        err, slow_err = x - ((1 - w) * l1 + w * ln), x - ((1 - w) * s.slow_1 + w * s.slow_n)
+        self.speed = replace(
+            s, log_1=l1 + ALPHA * (1 - w) * err, log_n=ln + ALPHA * w * err,
+            slow_1=s.slow_1 + SLOW_ALPHA * (1 - w) * slow_err, slow_n=s.slow_n + SLOW_ALPHA * w * slow_err,
+            at=now, steps=s.steps + 1,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,12 +245,12 @@ def plan(speed: Speed, load: Load, shape: Shape, now: float, new: Work | None = 
     behind everyone of its priority or higher; and `new`'s (start, first token, finish), all absolute."""
     c = speed.calibration
     assert c is not None
-    scale = speed.scale(now)
     queue = sorted(load.waiting, key=lambda w: w.priority)  # stable: arrival order within a priority
     if new is not None:
         at = next((i for i, w in enumerate(queue) if w.priority > new.priority), len(queue))
         queue.insert(at, new)
-    step = c.step(min(shape.n_slots, len(load.running) + len(queue)))
+    b = min(shape.n_slots, len(load.running) + len(queue))
+    step, scale = c.step(b), speed.scale(now, b)
     ends: list[tuple[Work, float]] = []
     free = [now] * max(0, shape.n_slots - len(load.running))
     for w in load.running:
@@ -257,7 +282,8 @@ def forecast(speed: Speed, load: Load, shape: Shape, prompt_tokens: int, new_tok
     start, first, end = mine
     best = speed.best_scale(now)
     idle_first, idle_total = _times(c, shape, c.step_1, best, w)
-    step = c.step(min(shape.n_slots, len(load.running) + len(load.waiting) + 1)) * speed.scale(now)
+    b = min(shape.n_slots, len(load.running) + len(load.waiting) + 1)
+    step = c.step(b) * speed.scale(now, b)
     return Forecast(start - now, first - now, end - now, step, idle_first, idle_total)
 
 
@@ -282,6 +308,7 @@ class Judgement:
     wait_s: float = 0.0
     displaces: bool = False  # SHED because admitting it would push an admitted request past its deadline
     forecast: Forecast | None = None
+    probe: bool = False  # FITS only as a probe: the forecast said no, but an empty engine measures it (`judge`)
 
     @property
     def retry_after(self) -> int:
@@ -321,14 +348,36 @@ def _displaced(speed: Speed, load: Load, shape: Shape, now: float, new: Work) ->
     return None
 
 
-def judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float) -> Judgement:
+def judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float, *,
+          probe: bool = False) -> Judgement:
     """Whether one run can meet its caller's deadlines (the whole answer's, and a stream's first token) without
     pushing an admitted request past its own. NEVER compares the idle forecast with the whole budget (from the
     request's arrival): time the server already spent on it (a slow tokenisation under load) makes it SHED,
-    the server's fault, not the caller's."""
-    f = forecast(speed, load, shape, len(request.prompt_ids), expected_new(request), request.priority, now)
+    the server's fault, not the caller's.
+
+    `probe`: the engine may admit one request it would refuse, as a measurement. Taken only on an empty engine
+    (nothing else is slowed, no compute is taken from anyone) and for a request whose idle forecast is within
+    `PROBE_FACTOR` of its time left: the calibration may be that wrong (taken while other work held the cores),
+    and without steps nothing corrects it (`Judgement.probe`)."""
+    j = _judge(speed, load, shape, request, now)
+    if (probe and j.verdict is not Verdict.FITS and not j.displaces and not load.running and not load.waiting
+            and j.forecast is not None):
+        f = j.forecast
+        idle = [(f.idle_first_token_s if first else f.idle_total_s, d) for d, first in _bounds(request)]
+        if all(need <= PROBE_FACTOR * (d - now) for need, d in idle):
+            return Judgement(Verdict.FITS, forecast=f, probe=True)
+    return j
+
+
+def _bounds(request: EngineRequest) -> list[tuple[float, bool]]:
+    """(deadline, is the first token's) of each deadline the caller set."""
     answer = request.deadline if request.judged else None  # a stream's first-token deadline is always the caller's
-    bounds = [(d, first) for d, first in ((answer, False), (request.first_token_deadline, True)) if d is not None]
+    return [(d, first) for d, first in ((answer, False), (request.first_token_deadline, True)) if d is not None]
+
+
+def _judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float) -> Judgement:
+    f = forecast(speed, load, shape, len(request.prompt_ids), expected_new(request), request.priority, now)
+    bounds = _bounds(request)
     if f is None or not bounds:
         return Judgement(Verdict.FITS, forecast=f)
     shed: Judgement | None = None
