@@ -70,13 +70,15 @@ def test_a_cold_burst_is_judged_not_admitted_to_expire(fresh: Server) -> None:
     assert m["sluicegate_goodput_tokens_total"] == 64 * status[200]
 
 
-def test_one_client_with_4_s_is_always_answered(fresh: Server) -> None:
-    """One client, one request at a time, 4 s each for an answer an idle server gives in well under a second:
-    every one answered (a forecast that learned from the slow first prefill refused from the third on)."""
+def test_one_client_alone_is_always_answered(fresh: Server) -> None:
+    """One client, one request at a time, 8 s each for an answer a quiet server gives in under a second (and this
+    shared machine, busy, in ~3 s): every one answered. A forecast that learned from the slow first prefill said
+    10 s and refused from the third on. (The 4 s budget of the same scenario is measured in bench/overload.py:
+    here it would assert a speed.)"""
     name = model_of(fresh)
     with httpx.Client(base_url=fresh.url, timeout=120) as c:
         for i in range(8):
-            r = c.post("/v1/chat/completions", json={**chat(i), "model": name}, headers={"X-Request-Timeout": "4"})
+            r = c.post("/v1/chat/completions", json={**chat(i), "model": name}, headers={"X-Request-Timeout": "8"})
             assert r.status_code == 200, r.text
         m = parse_metrics(c.get("/metrics").text)
     assert m["sluicegate_requests_shed_total"] == 0 and m["sluicegate_forecast_error_ratio_count"] == 8
