@@ -32,6 +32,7 @@ from sluicegate.api.routes import (
     health,
     metrics,
     openai,
+    playground,
     predictions,
     tokenize,
     usage,
@@ -89,6 +90,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(batch_predictions.router)
     app.include_router(tokenize.router)
     app.include_router(admin_keys.router)
+    app.include_router(playground.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes,
                        upload_bytes=config.jobs.max_file_bytes)
     app.add_middleware(DeadlineMiddleware, config=config.deadlines)  # the caller's budget, before the body

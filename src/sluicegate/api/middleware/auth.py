@@ -4,7 +4,8 @@
   (clients that must send one keep working). On as soon as the store holds a key (seen within the cache's
   TTL), and from then on: revoking every key does not switch it off.
 - The key comes as `Authorization: Bearer KEY` or `x-api-key: KEY`; both at once must agree.
-- Every route but `/healthz` and `/readyz` is guarded (`ROUTE_RULES`): a scope, or any valid key.
+- Every route but `/healthz`, `/readyz` and the playground page (`/`, `/playground` and its static assets: they
+  hold no data, and the page must load to ask for a key) is guarded (`ROUTE_RULES`): a scope, or any valid key.
 - 401 `authentication_required` (no key), 401 `invalid_api_key` (malformed; or unknown, revoked, expired,
   which share one message so a caller cannot learn which keys exist), both with `WWW-Authenticate: Bearer`;
   403 `permission_denied` (the key lacks the route's scope). 503 `store_unavailable` when the key cannot be
@@ -44,12 +45,16 @@ class Rule:
     path: str  # the route, or the root of a family of routes (`/v1/files` covers `/v1/files/{id}/content`)
     scope: KeyScope | None  # None: any valid key
     open: bool = False  # no key needed, ever
+    tree: bool = False  # an open rule covers the paths below it too (static assets)
     metered: bool = False  # one usage-ledger row per POST (the work-creating method)
 
 
 ROUTE_RULES: tuple[Rule, ...] = (
     Rule("/healthz", None, open=True),
     Rule("/readyz", None, open=True),
+    Rule("/", None, open=True),  # the playground page (api/routes/playground.py): no data, no work
+    Rule("/playground", None, open=True),
+    Rule("/playground/assets", None, open=True, tree=True),
     Rule("/v1/generate", KeyScope.GENERATE, metered=True),
     Rule("/v1/chat/completions", KeyScope.GENERATE, metered=True),
     Rule("/v1/completions", KeyScope.GENERATE, metered=True),
@@ -70,9 +75,10 @@ ANY_KEY = Rule("", None)  # every other path (the OpenAPI document, unknown rout
 
 
 def rule_for(path: str) -> Rule:
-    """The rule for a path; an open rule covers its exact path only (`/healthz/x` needs a key)."""
+    """The rule for a path; an open rule covers its exact path only (`/healthz/x` needs a key) unless it is a
+    `tree`."""
     for rule in ROUTE_RULES:
-        if path == rule.path or (not rule.open and path.startswith(rule.path + "/")):
+        if path == rule.path or ((rule.tree or not rule.open) and path.startswith(rule.path + "/")):
             return rule
     return ANY_KEY
 
