@@ -97,6 +97,11 @@ def test_scopes_per_route(db_url: str) -> None:
             ("GET", "/openapi.json", None, None, 401),
             ("GET", "/openapi.json", gen, None, 200),
             ("GET", "/healthz/x", None, None, 401),  # open means the exact path
+            ("GET", "/", None, None, 200),  # the playground page and its assets: no data, so no key
+            ("GET", "/playground", None, None, 200),
+            ("GET", "/playground/assets/app.js", None, None, 200),
+            ("GET", "/playground/assets/secret.txt", None, None, 404),  # only the files the page ships
+            ("GET", "/playground/other", None, None, 401),  # the open tree is the assets' folder only
             ("GET", "/no/such/route", None, None, 401),
             ("GET", "/no/such/route", gen, None, 404),
         ]
