@@ -125,8 +125,9 @@ def test_the_metrics_plots_draw(page: Page) -> None:
     page.click("#send")  # some traffic, so the latency histograms have observations
     expect(page.locator("#answer")).to_have_attribute("data-state", "done", timeout=WAIT)
     page.click("#tab-metrics")
-    for plot in ("ttft", "itl", "tps", "queue"):
-        page.wait_for_function(f"() => Number(document.getElementById('plot-{plot}').dataset.points) > 0", timeout=WAIT)
+    for plot in ("ttft", "itl", "tps", "queue"):  # a few scrapes: lines, not single points
+        page.wait_for_function(f"() => Number(document.getElementById('plot-{plot}').dataset.points) >= 3",
+                               timeout=WAIT)
     # the TTFT line is on the canvas: some pixel is its colour (#1d5fa8), not only axes and text
     drawn = page.evaluate("""() => { const c = document.getElementById('plot-ttft');
         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;

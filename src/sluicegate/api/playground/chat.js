@@ -104,6 +104,7 @@ export async function send(models) {
   answer.textContent = "";
   answer.dataset.chunks = "0";
   answer.dataset.state = "waiting";
+  delete answer.dataset.ttftMs;
   meta.replaceChildren();
   $("timing").replaceChildren();
   $("refusal").hidden = true;
@@ -140,7 +141,7 @@ export async function send(models) {
             }
             const piece = d.content || "";
             if (piece || d.tool_calls) {
-              if (!first) first = performance.now();
+              if (!first) { first = performance.now(); answer.dataset.ttftMs = (first - t0).toFixed(1); }
               last = performance.now();
               answer.textContent += piece;
               if (calls.size) answer.textContent = [...calls.values()].map((x) => `${x.name}(${x.arguments})`).join("\n");
@@ -186,6 +187,7 @@ export async function send(models) {
     row(meta, "fingerprint", fingerprint || "");
   }
   if (finish) row(meta, "finish", finish);
+  if (first) row(meta, "first token", `${(first - t0).toFixed(0)} ms after Send (measured in the browser)`);
   if (usage) {
     const cached = (usage.prompt_tokens_details || {}).cached_tokens || 0;
     row(meta, "usage", `${usage.prompt_tokens} prompt (${cached} cached) + ${usage.completion_tokens} completion = ${usage.total_tokens}`);

@@ -100,9 +100,11 @@ export function draw(canvas, lines, now) {
   g.beginPath(); g.moveTo(left, top); g.lineTo(left, h - bottom); g.lineTo(w - right, h - bottom); g.stroke();
   g.fillText(max < 10 ? max.toPrecision(2) : String(Math.round(max)), 2, top + 9);
   g.fillText("0", 2, h - bottom);
-  g.fillText(`-${KEEP_S / 60} min`, left, h - 4);
+  // the axis spans what has been seen, up to KEEP_S: a fresh page does not squeeze its first points to the edge
+  const span = Math.min(KEEP_S, Math.max(20, points.length ? now - points[0].t : 0));
+  g.fillText(span >= 120 ? `-${Math.round(span / 60)} min` : `-${Math.round(span)} s`, left, h - 4);
   g.fillText("now", w - right - 22, h - 4);
-  const x = (t) => left + ((w - left - right) * (t - (now - KEEP_S))) / KEEP_S;
+  const x = (t) => left + ((w - left - right) * (t - (now - span))) / span;
   const y = (v) => h - bottom - ((h - top - bottom) * v) / max;
   let drawn = 0;
   lines.forEach((l, i) => {
@@ -112,7 +114,7 @@ export function draw(canvas, lines, now) {
     for (const p of points) {
       const v = p[l.field];
       if (v == null) { pen = false; continue; }
-      if (pen) g.lineTo(x(p.t), y(v)); else g.moveTo(x(p.t), y(v));
+      if (pen) g.lineTo(x(p.t), y(v)); else { g.moveTo(x(p.t) - 1.5, y(v)); g.lineTo(x(p.t) + 1.5, y(v)); }
       pen = true;
       drawn += 1;
     }
