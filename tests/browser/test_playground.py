@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,24 @@ def test_a_json_schema_answer_parses_and_shows_identity_usage_timing(page: Page,
     screenshot(page, "main", "chat")
 
 
+def test_a_streamed_tool_call_shows_its_arguments(page: Page) -> None:
+    page.select_option("#mode", "tools")
+    page.fill("#prompt", "What is the weather in Paris?")
+    page.fill("#temperature", "0")
+    page.fill("#max_tokens", "60")
+    page.click("#send")
+    expect(page.locator("#answer")).to_have_attribute("data-state", "done", timeout=WAIT)
+    name, _, args = page.locator("#answer").inner_text().partition("(")
+    assert name == "get_weather"
+    assert isinstance(json.loads(args.removesuffix(")"))["city"], str)
+    expect(page.locator("dd[data-field='finish']")).to_have_text("tool_calls")
+    # the inspector has the raw SSE events of the stream
+    page.click("#tab-inspect")
+    body = page.locator("#resp-body").inner_text()
+    assert body.startswith("data: {") and body.rstrip().endswith("data: [DONE]") and '"tool_calls"' in body
+    assert "tool_choice=\"required\"," in page.locator("#as-python").inner_text()
+
+
 def test_a_batch_job_runs_to_100_percent(page: Page, server: Server) -> None:
     model = page.locator("#model").input_value()
     lines = [json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
@@ -154,22 +173,37 @@ def test_keyboard_and_a_narrow_window(browser: Browser, server: Server, console:
     assert console.unexpected() == [], console.errors
 
 
-@pytest.fixture(scope="module")
-def keyed(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> Iterator[tuple[Server, str]]:
-    """A server holding one key (scopes generate and metrics): auth is on."""
-    data = tmp_path_factory.mktemp("keyed") / "data"
+def create_key(data: Path, *scopes: str) -> str:
+    """A key made as an operator makes one (`sluicegate keys create`); its secret is the output's last line."""
     made = subprocess.run([sys.executable, "-m", "sluicegate", "keys", "create", "--name", "browser",
-                           "--scope", "generate", "--scope", "metrics", "--data-dir", str(data)],
+                           *(a for s in scopes for a in ("--scope", s)), "--data-dir", str(data)],
                           capture_output=True, text=True, timeout=120, check=True)
+    return made.stdout.splitlines()[-1]
+
+
+@dataclass
+class Keyed:
+    server: Server
+    data: Path  # its store's data directory
+
+    def key(self, *scopes: str) -> str:
+        return create_key(self.data, *scopes)
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> Iterator[Keyed]:
+    """A server whose store holds a key from the start: auth is on."""
+    data = tmp_path_factory.mktemp("keyed") / "data"
+    create_key(data, "generate")
     srv = start_server(data.parent, "--data-dir", str(data), "--slots", "2")
-    yield srv, made.stdout.splitlines()[-1]
+    yield Keyed(srv, data)
     stop_server(srv)
 
 
 def test_a_keyed_server_asks_for_a_key_and_keeps_it_in_the_session(
-    browser: Browser, keyed: tuple[Server, str], console: Console
+    browser: Browser, keyed: Keyed, console: Console
 ) -> None:
-    server, secret = keyed
+    server, secret = keyed.server, keyed.key("generate", "metrics")
     console.allowed_statuses.add(401)  # the page's first look at /v1/models, without a key
     page = open_page(browser, f"{server.url}/", console)
     try:
@@ -198,3 +232,22 @@ def test_a_keyed_server_asks_for_a_key_and_keeps_it_in_the_session(
         again.wait_for_selector("body[data-auth='needed']")
     finally:
         again.context.close()
+
+
+def test_a_key_without_the_metrics_scope_is_told_so(
+    browser: Browser, keyed: Keyed, console: Console
+) -> None:
+    server, secret = keyed.server, keyed.key("generate")
+    console.allowed_statuses |= {401, 403}  # the first look without a key; /metrics without its scope
+    page = open_page(browser, f"{server.url}/", console)
+    try:
+        page.wait_for_selector("body[data-auth='needed']")
+        page.fill("#key-input", secret)
+        page.press("#key-input", "Enter")
+        page.wait_for_selector("body[data-ready='true']")
+        page.click("#tab-metrics")
+        expect(page.locator("#metrics-message")).to_contain_text("/metrics refused", timeout=WAIT)
+        expect(page.locator("#metrics-message")).to_contain_text("'metrics' scope")
+    finally:
+        page.context.close()
+    assert console.unexpected() == [], console.errors
