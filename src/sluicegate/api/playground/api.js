@@ -29,7 +29,12 @@ export function envelopeOf(text) {
 }
 
 export class Refused extends Error {
-  constructor(status, error) { super(error ? error.message : `HTTP ${status}`); this.status = status; this.error = error; }
+  constructor(status, error, retryAfter = null) {
+    super(error ? error.message : `HTTP ${status}`);
+    this.status = status;
+    this.error = error;
+    this.retryAfter = retryAfter; // the Retry-After header, seconds, when the server sent one
+  }
 }
 
 function announce(detail) { bus.dispatchEvent(new CustomEvent("exchange", { detail })); }
@@ -42,7 +47,7 @@ export async function call(method, path, body, { record = false, raw = false } =
   const res = await fetch(path, init);
   const text = await res.text();
   if (record) announce({ method, path, body, status: res.status, headers: headerList(res), text });
-  if (!res.ok) throw new Refused(res.status, envelopeOf(text));
+  if (!res.ok) throw new Refused(res.status, envelopeOf(text), res.headers.get("retry-after"));
   return raw ? { text, res } : (text ? JSON.parse(text) : null);
 }
 

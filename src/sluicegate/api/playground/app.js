@@ -7,6 +7,7 @@ import { startMetrics, showMetrics } from "./plots.js";
 
 const $ = (id) => document.getElementById(id);
 const models = new Map(); // name -> {ref, digest, context_window}
+let retry = null;
 
 function select(tab) {
   for (const t of document.querySelectorAll('[role="tab"]')) {
@@ -51,9 +52,17 @@ async function loadModels() {
         : "This server requires an API key (it holds keys: docs/keys.md). Enter one to use the playground.");
       return false;
     }
+    if (e instanceof Refused && e.status === 503) { // loading (or draining): say so, and look again
+      const wait = Math.min(10, Math.max(1, Number(e.retryAfter) || 2));
+      $("identity").textContent = `${e.error ? e.error.message : "the server is not ready"}; trying again in ${wait} s`;
+      document.body.dataset.auth = "waiting";
+      retry = setTimeout(start, wait * 1000);
+      return false;
+    }
     $("identity").textContent = e instanceof Refused && e.error ? e.error.message : `cannot list models: ${e.message}`;
     return false;
   }
+  if (!list.data.length) { $("identity").textContent = "this server serves no model"; return false; }
   $("key-panel").hidden = true;
   document.body.dataset.auth = key() ? "key" : "open";
   $("key-state").textContent = key() ? "using your key" : "";
@@ -79,6 +88,7 @@ function showIdentity() {
 }
 
 async function start() {
+  clearTimeout(retry);
   if (await loadModels()) startMetrics();
 }
 

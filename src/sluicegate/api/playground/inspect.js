@@ -48,9 +48,10 @@ export function asPython(method, path, body) {
   if (path === "/v1/files" && body instanceof FormData) {
     return [...head, `f = client.files.create(file=open(${JSON.stringify(body.get("file").name)}, "rb"), purpose="batch")`, "print(f)"].join("\n");
   }
+  const cancel = path.match(/^\/v1\/batches\/([\w-]+)\/cancel$/);
+  if (cancel) return [...head, `print(client.batches.cancel(${JSON.stringify(cancel[1])}))`].join("\n");
   if (!fn || (method === "GET") !== (fn === "client.models.list")) {
-    return [...head, `r = client._client.request(${JSON.stringify(method)}, ${JSON.stringify(path)})`,
-      "# no SDK method for this route; the raw request is the curl above"].join("\n");
+    return "# the openai SDK has no method for this route: the curl above is the request";
   }
   if (!body) return [...head, `print(${fn}())`].join("\n");
   const args = Object.entries(body).map(([k, v]) => `    ${k}=${py(v, "    ")},`).join("\n");
