@@ -4,7 +4,8 @@
 
 A fresh server on the default model. Weight: a new browser context (empty cache) loads `/` and waits until the
 page has listed the models and scraped /metrics once; every response's transfer size (headers + body, as
-Chromium counts them) is summed, the page's own files apart from the API calls it makes. Time to first token:
+Chromium counts them) is summed, the page's own files apart from the API calls it makes; then a reload, where
+the browser revalidates each file with its ETag. Time to first token:
 the same streamed chat request (greedy, 16 tokens, one prompt, so the prefix cache treats every run alike), sent
 alternately by curl (`curl -sN`, timed from spawning it to the first content delta on its stdout, so curl's own
 start-up is in it) and by the page (timed by the page from the Send click to the first content delta it
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from playwright.sync_api import Page, Request, sync_playwright
@@ -77,13 +79,18 @@ def main() -> None:
             s = req.sizes()
             sizes.append((req.url.removeprefix(url), s["responseHeadersSize"] + s["responseBodySize"]))
 
-        page.on("requestfinished", done)
-        page.goto(url + "/")
-        page.wait_for_selector("body[data-ready='true']")
-        page.wait_for_function("() => document.getElementById('stat-running').textContent !== '-'")
-        page.remove_listener("requestfinished", done)
-        own = [(u, n) for u, n in sizes if u == "/" or u.startswith("/playground")]
+        def load(how: Callable[[], object]) -> list[tuple[str, int]]:
+            sizes.clear()
+            page.on("requestfinished", done)
+            how()
+            page.wait_for_selector("body[data-ready='true']")
+            page.wait_for_function("() => document.getElementById('stat-running').textContent !== '-'")
+            page.remove_listener("requestfinished", done)
+            return [(u, n) for u, n in sizes if u == "/" or u.startswith("/playground")]
+
+        own = load(lambda: page.goto(url + "/"))
         api = [(u, n) for u, n in sizes if (u, n) not in own]
+        again = load(page.reload)  # the browser revalidates each file: 304s
         model = page.locator("#model").input_value()
         page.fill("#prompt", PROMPT)
         page.fill("#temperature", "0")
@@ -100,6 +107,7 @@ def main() -> None:
           f"{len(api)} API routes ({sum(n for _, n in api)} bytes)")
     for u, n in own + api:
         print(f"  {n:>7}  {u}")
+    print(f"reload: {len(again)} files, {sum(n for _, n in again)} bytes transferred (revalidated)")
     print("| client | TTFT median (ms) | TTFT p90 (ms) | runs |")
     print("| --- | ---: | ---: | ---: |")
     print(f"| curl -sN | {median(curl):.0f} | {p90(curl):.0f} | {len(curl)} |")

@@ -52,3 +52,13 @@ def test_each_asset_has_its_type_and_an_unknown_name_is_a_404_envelope(client: T
 def test_the_page_is_not_part_of_the_api_contract(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert not any(p == "/" or p.startswith("/playground") for p in paths)
+
+
+def test_a_reload_revalidates_with_the_etag(client: TestClient) -> None:
+    for path in ("/", "/playground/assets/app.js"):
+        first = client.get(path)
+        assert first.headers["cache-control"] == "no-cache"
+        etag = first.headers["etag"]
+        again = client.get(path, headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+        assert client.get(path, headers={"If-None-Match": '"other"'}).content == first.content
