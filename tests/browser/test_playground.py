@@ -96,7 +96,9 @@ def test_a_json_schema_answer_parses_and_shows_identity_usage_timing(page: Page,
     bar = page.locator("#timing span")
     expect(bar).to_have_count(3)
     assert page.locator("#timing").get_attribute("data-source", timeout=WAIT).startswith("Server-Timing")
-    expect(page.locator("#token-ids")).to_contain_text("token ids", timeout=WAIT)
+    expect(page.locator("#token-ids")).to_contain_text("answer token ids", timeout=WAIT)
+    prompt_tokens = int(page.locator("dd[data-field='usage']").inner_text().split()[0])
+    assert page.locator("#token-ids").get_attribute("data-prompt-count") == str(prompt_tokens)
     screenshot(page, "main", "chat")
 
 

@@ -89,12 +89,20 @@ export function showRefusal(el, status, error) {
   el.append(pre);
 }
 
-async function showIds(text, model) {
+// The prompt's ids exactly as the server templates and tokenizes the messages; the answer's ids by tokenizing
+// its text (chat answers carry no ids; the sampled ids re-tokenize to the same in most cases, not all).
+async function showIds(body, text) {
   const box = $("token-ids");
   if (!$("show-ids").checked || !text) { box.hidden = true; return; }
-  const r = await call("POST", "/tokenize", { model, prompt: text, add_special_tokens: false });
+  const answer = await call("POST", "/tokenize", { model: body.model, prompt: text, add_special_tokens: false });
+  let lines = `answer token ids (${answer.count}, its text tokenized): ${answer.tokens.join(" ")}`;
+  if (!body.tools) { // /tokenize renders messages, not tools: with tools the prompt's ids would be wrong
+    const prompt = await call("POST", "/tokenize", { model: body.model, messages: body.messages });
+    box.dataset.promptCount = String(prompt.count);
+    lines = `prompt token ids (${prompt.count}): ${prompt.tokens.join(" ")}\n${lines}`;
+  }
   box.hidden = false;
-  box.textContent = `token ids (the answer's text, tokenized): ${r.tokens.join(" ")}`;
+  box.textContent = lines;
 }
 
 export async function send(models) {
@@ -109,6 +117,7 @@ export async function send(models) {
   $("timing").replaceChildren();
   $("refusal").hidden = true;
   $("token-ids").hidden = true;
+  delete $("token-ids").dataset.promptCount;
   let body;
   try { body = buildRequest(model); } catch (e) {
     answer.dataset.state = "error";
@@ -192,7 +201,7 @@ export async function send(models) {
     const cached = (usage.prompt_tokens_details || {}).cached_tokens || 0;
     row(meta, "usage", `${usage.prompt_tokens} prompt (${cached} cached) + ${usage.completion_tokens} completion = ${usage.total_tokens}`);
   }
-  if (answer.dataset.state === "done") await showIds(answer.textContent, model).catch(() => {});
+  if (answer.dataset.state === "done") await showIds(body, answer.textContent).catch(() => {});
 }
 
 export function stop() { if (controller) controller.abort(); }
