@@ -175,9 +175,10 @@ def test_keyboard_and_a_narrow_window(browser: Browser, server: Server, console:
     assert console.unexpected() == [], console.errors
 
 
-def create_key(data: Path, *scopes: str) -> str:
+def create_key(data: Path, *scopes: str, tpm: int | None = None) -> str:
     """A key made as an operator makes one (`sluicegate keys create`); its secret is the output's last line."""
-    made = subprocess.run([sys.executable, "-m", "sluicegate", "keys", "create", "--name", "browser",
+    limit = ["--tpm", str(tpm)] if tpm else []
+    made = subprocess.run([sys.executable, "-m", "sluicegate", "keys", "create", "--name", "browser", *limit,
                            *(a for s in scopes for a in ("--scope", s)), "--data-dir", str(data)],
                           capture_output=True, text=True, timeout=120, check=True)
     return made.stdout.splitlines()[-1]
@@ -188,8 +189,8 @@ class Keyed:
     server: Server
     data: Path  # its store's data directory
 
-    def key(self, *scopes: str) -> str:
-        return create_key(self.data, *scopes)
+    def key(self, *scopes: str, tpm: int | None = None) -> str:
+        return create_key(self.data, *scopes, tpm=tpm)
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +206,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> Iterato
 def test_a_keyed_server_asks_for_a_key_and_keeps_it_in_the_session(
     browser: Browser, keyed: Keyed, console: Console
 ) -> None:
-    server, secret = keyed.server, keyed.key("generate", "metrics")
+    server, secret = keyed.server, keyed.key("generate", "metrics", tpm=100_000)
     console.allowed_statuses.add(401)  # the page's first look at /v1/models, without a key
     page = open_page(browser, f"{server.url}/", console)
     try:
@@ -225,6 +226,8 @@ def test_a_keyed_server_asks_for_a_key_and_keeps_it_in_the_session(
         page.click("#tab-inspect")
         shown = page.locator("#panel-inspect").inner_text()
         assert secret not in shown and "$SLUICEGATE_API_KEY" in shown  # the secret never appears on screen
+        headers = page.locator("#resp-headers").inner_text()
+        assert "x-ratelimit-limit-tokens: 100000" in headers and "x-ratelimit-remaining-tokens:" in headers
     finally:
         page.context.close()
     assert console.unexpected() == [], console.errors
