@@ -8,6 +8,7 @@ test provokes on purpose.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -139,6 +140,24 @@ def test_a_batch_job_runs_to_100_percent(page: Page, server: Server) -> None:
         row.get_by_role("button", name="results").click()
     out = Path(done.value.path()).read_text().splitlines()
     assert sorted(json.loads(line)["custom_id"] for line in out) == ["r0", "r1", "r2"]
+
+
+def test_a_running_batch_shows_an_eta_and_can_be_cancelled(page: Page) -> None:
+    model = page.locator("#model").input_value()
+    body = {"model": model, "messages": [{"role": "user", "content": "Count to a thousand."}],
+            "max_completion_tokens": 200, "temperature": 0, "logit_bias": {"0": -100, "2": -100}}
+    lines = [json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                         "body": {**body, "max_completion_tokens": 8 if i == 0 else 200}}) for i in range(40)]
+    page.click("#tab-batches")
+    page.set_input_files("#batch-file", files=[{"name": "long.jsonl", "mimeType": "application/jsonl",
+                                                "buffer": ("\n".join(lines) + "\n").encode()}])
+    page.click("#batch-form button[type='submit']")
+    expect(page.locator("#batch-message")).to_contain_text("started batch_", timeout=WAIT)
+    row = page.locator(f"tr[data-id='{page.locator('#batch-message').inner_text().split()[1]}']")
+    expect(row.locator("td").nth(3)).to_have_text(re.compile(r"^\d+ s$"), timeout=WAIT)  # an item has ended
+    row.get_by_role("button", name="cancel").click()
+    expect(row).to_have_attribute("data-status", "cancelled", timeout=WAIT)
+    assert int(row.locator("progress").get_attribute("data-percent") or 100) < 100
 
 
 def test_the_metrics_plots_draw(page: Page) -> None:
