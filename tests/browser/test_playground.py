@@ -183,6 +183,11 @@ def test_keyboard_and_a_narrow_window(browser: Browser, server: Server, console:
     try:
         page.wait_for_selector("body[data-ready='true']")
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        expect(page.locator("#schema-label")).to_be_hidden()  # only with a JSON schema or tools
+        page.select_option("#mode", "tools")
+        expect(page.locator("#schema")).to_have_value(re.compile("get_weather"))
+        page.select_option("#mode", "text")
+        expect(page.locator("#schema-label")).to_be_hidden()
         page.focus("#tab-chat")
         page.keyboard.press("ArrowRight")
         expect(page.locator("#panel-inspect")).to_be_visible()
