@@ -9,7 +9,8 @@ the browser revalidates each file with its ETag. Time to first token:
 the same streamed chat request (greedy, 16 tokens, one prompt, so the prefix cache treats every run alike), sent
 alternately by curl (`curl -sN`, timed from spawning it to the first content delta on its stdout, so curl's own
 start-up is in it) and by the page (timed by the page from the Send click to the first content delta it
-painted: request building, fetch, SSE parsing and the DOM update are in it). Medians and p90 in ms.
+painted: fetch, SSE parsing and the DOM update are in it), and, as a baseline without a process start, by
+httpx on a kept-alive connection from the bench itself. Medians and p90 in ms.
 Needs Chromium at /usr/bin/chromium (or SLUICEGATE_CHROMIUM) and playwright.
 """
 
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 from playwright.sync_api import Page, Request, sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -40,17 +42,39 @@ def p90(xs: list[float]) -> float:
     return s[min(len(s) - 1, round(0.9 * (len(s) - 1)))]
 
 
-def curl_ttft(url: str, model: str) -> float:
-    body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_completion_tokens": NEW,
+def request(model: str) -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_completion_tokens": NEW,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def has_content(line: str) -> bool:
+    if not line.startswith("data: {"):
+        return False
+    choices = json.loads(line[6:]).get("choices") or [{}]
+    return bool(choices[0].get("delta", {}).get("content"))
+
+
+def httpx_ttft(client: httpx.Client, model: str) -> float:
+    """A kept-alive connection from this process: the baseline without a process start."""
+    t = time.perf_counter()
+    first = 0.0
+    with client.stream("POST", "/v1/chat/completions", json=request(model)) as r:
+        for line in r.iter_lines():
+            if not first and has_content(line):
+                first = time.perf_counter()
+    assert first, "httpx saw no content"
+    return (first - t) * 1e3
+
+
+def curl_ttft(url: str, model: str) -> float:
+    body = request(model)
     t = time.perf_counter()
     proc = subprocess.Popen(["curl", "-sN", f"{url}/v1/chat/completions", "-H", "Content-Type: application/json",
                              "-d", json.dumps(body)], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     first = 0.0
     for line in proc.stdout:
-        if line.startswith(b"data: {") and json.loads(line[6:]).get("choices", [{}])[0:1] and \
-                json.loads(line[6:])["choices"][0]["delta"].get("content"):
+        if has_content(line.decode()):
             first = time.perf_counter()
             break
     proc.stdout.read()
@@ -97,11 +121,14 @@ def main() -> None:
         page.fill("#max_tokens", str(NEW))
         curl: list[float] = []
         browser_ms: list[float] = []
-        for i in range(args.runs + 3):
-            c, b = curl_ttft(url, model), page_ttft(page)
-            if i >= 3:  # warm-up
-                curl.append(c)
-                browser_ms.append(b)
+        kept: list[float] = []
+        with httpx.Client(base_url=url, timeout=120) as client:
+            for i in range(args.runs + 3):
+                c, b, h = curl_ttft(url, model), page_ttft(page), httpx_ttft(client, model)
+                if i >= 3:  # warm-up
+                    curl.append(c)
+                    browser_ms.append(b)
+                    kept.append(h)
         browser.close()
     print(f"page: {len(own)} files, {sum(n for _, n in own)} bytes transferred; at load it also calls "
           f"{len(api)} API routes ({sum(n for _, n in api)} bytes)")
@@ -112,6 +139,7 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: |")
     print(f"| curl -sN | {median(curl):.0f} | {p90(curl):.0f} | {len(curl)} |")
     print(f"| playground page (Chromium) | {median(browser_ms):.0f} | {p90(browser_ms):.0f} | {len(browser_ms)} |")
+    print(f"| httpx, kept-alive connection | {median(kept):.0f} | {p90(kept):.0f} | {len(kept)} |")
     print(f"page / curl (medians): {median(browser_ms) / median(curl):.2f}x")
 
 
