@@ -46,7 +46,9 @@ class Console:
         return out
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in this thread while it is open,
+# and a later test elsewhere that calls asyncio.run() would fail ("cannot be called from a running event loop").
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     if sync_playwright is None:
         pytest.skip("playwright is not installed (pip install -e '.[dev]')")
@@ -56,14 +58,14 @@ def playwright() -> Iterator[Playwright]:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     b = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
     yield b
     b.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> Iterator[Server]:
     """One real server (SmolLM2, 4 slots) for the browser tests that need no key."""
     srv = start_server(tmp_path_factory.mktemp("browser"), "--slots", "4")
