@@ -200,9 +200,10 @@ def _at(body: Any, param: str) -> Any:
     return node
 
 
-# The 5xx answers a request may get from a correct server under load (docs/timeouts.md): shed at admission by
-# the deadline forecast, or expired before its deadline. Any other 5xx is a server error.
-LOAD_ANSWERS = {(503, "overloaded"), (504, "deadline_exceeded")}
+# The 5xx answers a request may get from a correct server under load (docs/timeouts.md): shed at admission (the
+# queue full, or the deadline it sent forecast to pass before an answer), or expired before its deadline. Any
+# other 5xx is a server error.
+LOAD_ANSWERS = {(503, "overloaded"), (503, "wait_exceeds_deadline"), (504, "deadline_exceeded")}
 
 
 def _check(case: Case, url: str, headers: dict[str, str]) -> None:
