@@ -113,6 +113,7 @@ class JobsConfig:
     # created here, or on Postgres by any replica (store/notify.py), wakes it at once
     file_ttl_hours: float | None = None  # uploaded files expire after this; None: kept until deleted
     output_ttl_hours: float = 30 * 24.0  # a job's output and error files expire after this (OpenAI: 30 days)
+    validating_timeout_s: float = 600.0  # a job validating its input longer than this fails (validation_timeout)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,10 +50,11 @@ def test_every_batch_field_has_a_flag() -> None:
     got = config("--batch-max-items", "5", "--batch-max-file-bytes", "1000", "--batch-max-stored-bytes", "5000",
                  "--batch-max-concurrent-jobs", "2",
                  "--batch-max-enqueued-tokens", "900", "--batch-worker-slots", "3", "--batch-lease-seconds", "7",
-                 "--batch-poll-seconds", "0.2", "--batch-file-ttl-hours", "1", "--batch-output-ttl-hours", "2").jobs
+                 "--batch-poll-seconds", "0.2", "--batch-file-ttl-hours", "1", "--batch-output-ttl-hours", "2",
+                 "--batch-validating-timeout", "30").jobs
     assert got == JobsConfig(max_items_per_job=5, max_file_bytes=1000, max_stored_bytes=5000, max_concurrent_jobs=2,
                              max_enqueued_tokens=900, worker_slots=3, lease_s=7.0, poll_s=0.2, file_ttl_hours=1.0,
-                             output_ttl_hours=2.0)
+                             output_ttl_hours=2.0, validating_timeout_s=30.0)
     assert all(getattr(got, f.name) != f.default for f in dataclasses.fields(JobsConfig))  # each flag reaches it
 
 

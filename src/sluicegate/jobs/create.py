@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sluicegate.config import JobsConfig
 from sluicegate.jobs.files import FileStore, LineSplitter
-from sluicegate.jobs.intake import PAGE, SEED_ENDPOINT, Intake, TooManyItems
+from sluicegate.jobs.intake import LINE_DEPTH, PAGE, SEED_ENDPOINT, Intake, TooManyItems
 from sluicegate.jobs.limits import check_concurrency, check_tokens, too_many_items
 from sluicegate.jobs.store import JobStore
 from sluicegate.serving.errors import ApiError
+from sluicegate.serving.strict_json import parse_json
 
 WINDOW_S = {"24h": 24 * 3600.0}
 SEED_WINDOW = "24h"
@@ -42,7 +42,7 @@ def create_openai(jobs: JobStore, files: FileStore, cfg: JobsConfig, estimate_ne
     except TooManyItems as exc:
         jobs.discard(job_id)
         raise too_many_items(exc.limit) from None
-    except ApiError:
+    except BaseException:  # a refusal by a limit, or anything unforeseen: no job left `validating`
         jobs.discard(job_id)
         raise
     jobs.start(job_id, intake.count, intake.est_tokens)
@@ -81,9 +81,9 @@ class SeedJob:
         except TooManyItems as exc:
             await asyncio.to_thread(self.jobs.discard, self.job_id)
             raise too_many_items(exc.limit) from None
-        except ApiError:
+        except BaseException:  # a refusal by a limit, or anything unforeseen: no job left `validating`
             if self.job_id:
-                await asyncio.to_thread(self.jobs.discard, self.job_id)
+                await asyncio.shield(asyncio.to_thread(self.jobs.discard, self.job_id))
             raise
 
     async def from_list(self, items: list[Any]) -> str:
@@ -130,10 +130,7 @@ class SeedJob:
 
 
 def parse_list(raw: bytes) -> list[Any]:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        raise ApiError("invalid_json", "the body is not valid JSON", code="invalid_json") from None
+    data = parse_json(raw, LINE_DEPTH)  # the list around each request: a request nests as deep as a body
     if not isinstance(data, list):
         raise ApiError("invalid_request", "the body must be a JSON list of prediction requests (or JSONL, one a "
                        "line, as application/jsonl)", code="wrong_type")

@@ -19,7 +19,9 @@ from sluicegate.jobs.files import MAX_LINE
 from sluicegate.jobs.store import JobStore
 from sluicegate.serving import predictions
 from sluicegate.serving.errors import ApiError
+from sluicegate.serving.strict_json import MAX_DEPTH, parse_json
 
+LINE_DEPTH = MAX_DEPTH + 1  # an OpenAI line's envelope around its body: the body nests as deep as a request's
 PAGE = 500  # items inserted per statement
 MAX_ERRORS = 100  # validation errors reported on a failed OpenAI batch
 OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
@@ -82,9 +84,10 @@ class Intake:
         if not raw.strip():
             return
         try:
-            obj = json.loads(raw)
-        except ValueError:
-            return self._error(line, "invalid_json_line", "This line is not parseable as valid JSON.")
+            obj = parse_json(raw, LINE_DEPTH)  # a request body's rules: depth, numbers, keys, Unicode
+        except ApiError as exc:
+            why = "" if exc.code == "syntax_error" else f": {_on_line(exc.message)}"
+            return self._error(line, "invalid_json_line", f"This line is not parseable as valid JSON{why}.")
         if not isinstance(obj, dict):
             return self._error(line, "invalid_json_line", "This line is not a JSON object.")
         for name in ("custom_id", "method", "url", "body"):
@@ -134,13 +137,19 @@ class Intake:
         if not raw.strip():
             return
         try:
-            obj = json.loads(raw)
-        except ValueError:
+            obj = parse_json(raw)  # a request body's rules: depth, numbers, keys, Unicode
+        except ApiError as exc:
+            code, message = (("invalid_json_line", "this line is not valid JSON") if exc.code == "syntax_error"
+                             else (exc.code or "invalid_json_line", _on_line(exc.message)))
             self._add({"line": line, "state": S.ITEM_FAILED, "status_code": 400, "result_writes": 1,
-                       "result": json.dumps({"line": line, "code": "invalid_json_line",
-                                             "message": "this line is not valid JSON"})})
+                       "result": json.dumps({"line": line, "code": code, "message": message})})
             return
         self.seed_item(line, obj)
+
+
+def _on_line(message: str) -> str:
+    """A body refusal's message (it never echoes the input) said of a line."""
+    return message.replace("the body", "the line", 1)
 
 
 def _seed_problem(obj: Any) -> tuple[str, str] | None:

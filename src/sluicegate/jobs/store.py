@@ -179,6 +179,23 @@ class JobStore:
                 s.execute(update(BatchItem).where(BatchItem.job_id.in_(ids), BatchItem.state == S.PENDING)
                           .values(state=S.ITEM_EXPIRED, finished_at=now))
 
+    def fail_stale_validating(self, timeout_s: float) -> list[str]:
+        """Jobs `validating` for longer than `timeout_s` (the process reading their input died, or it hangs):
+        failed with `validation_timeout`, their held items deleted, so they hold no slot of the key's limits."""
+        j = BatchJob
+        cutoff = utcnow() - dt.timedelta(seconds=timeout_s)
+        errors = json.dumps({"object": "list", "data": [{
+            "code": "validation_timeout", "line": None, "param": None,
+            "message": f"The input was not validated within {timeout_s:g} seconds; create the batch again."}]})
+        with self.store.session() as s, s.begin():
+            ids = list(s.execute(select(j.id).where(j.status == S.VALIDATING, j.created_at < cutoff)
+                                 .limit(100)).scalars().all())
+            if ids:
+                s.execute(update(j).where(j.id.in_(ids), j.status == S.VALIDATING).values(
+                    status=S.FAILED, failed_at=utcnow(), errors=errors))
+                s.execute(delete(BatchItem).where(BatchItem.job_id.in_(ids), BatchItem.state == S.HELD))
+        return ids
+
     def ready_to_finalize(self, stale_s: float) -> list[str]:
         """Jobs with no open item left, and jobs a dead process left half-finalized."""
         j, i = BatchJob, BatchItem

@@ -66,7 +66,7 @@ class _Running:
 class Worker:
     def __init__(self, jobs: JobStore, handlers: Mapping[str, Handler], *, slots: int, lease_s: float,
                  poll_s: float, finalizer: Finalizer, on_usage: Callable[[str | None, str, Outcome, str], None],
-                 on_final: Callable[[BatchJob, str], None]) -> None:
+                 on_final: Callable[[BatchJob, str], None], validating_timeout_s: float = 600.0) -> None:
         """`on_final(job, final state)` announces a job's end; it is called in a thread and may block."""
         self.jobs = jobs
         self.handlers = handlers
@@ -76,6 +76,7 @@ class Worker:
         self.finalizer = finalizer
         self.on_usage = on_usage
         self.on_final = on_final
+        self.validating_timeout_s = validating_timeout_s
         self.owner = f"w_{secrets.token_hex(8)}"
         self._running: dict[int, _Running] = {}
         self._stopped_jobs: dict[str, str] = {}  # job id -> item state for its running items (cancel, expire)
@@ -135,6 +136,10 @@ class Worker:
                     last_renew = now
                 if now - last_sweep >= max(self.poll_s, 1.0):
                     await asyncio.to_thread(self.jobs.expire_due)
+                    for job_id in await asyncio.to_thread(self.jobs.fail_stale_validating,
+                                                          self.validating_timeout_s):
+                        log.warning("batch %s: still validating after %gs; failed", job_id,
+                                    self.validating_timeout_s)
                     last_sweep = now
                 found = await self._finalize_ready() > 0 or found
                 free = self.slots - len(self._running)

@@ -65,7 +65,8 @@ def jobs_config(s: ServeSettings) -> JobsConfig:
         max_stored_bytes=s.batch_max_stored_bytes,
         max_concurrent_jobs=s.batch_max_concurrent_jobs, max_enqueued_tokens=s.batch_max_enqueued_tokens,
         worker_slots=s.batch_worker_slots, lease_s=s.batch_lease_seconds, poll_s=s.batch_poll_seconds,
-        file_ttl_hours=s.batch_file_ttl_hours, output_ttl_hours=s.batch_output_ttl_hours)
+        file_ttl_hours=s.batch_file_ttl_hours, output_ttl_hours=s.batch_output_ttl_hours,
+        validating_timeout_s=s.batch_validating_timeout)
 
 
 def webhooks_config(s: ServeSettings) -> WebhookConfig:

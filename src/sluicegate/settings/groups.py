@@ -187,6 +187,9 @@ class JobSettings(Group):
     batch_poll_seconds: Seconds = Field(
         _J.poll_s, description="how often a batch worker looks for items it was not told of; idle, it backs off to "
         "8x (on Postgres, other replicas' new jobs are announced at once)")
+    batch_validating_timeout: Seconds = Field(
+        _J.validating_timeout_s, description="a batch job still validating its input after this fails "
+        "(validation_timeout): a process that died reading it holds no slot of the key's limits")
     batch_file_ttl_hours: Annotated[float | None, Flag(t.positive_hours, "HOURS")] = Field(
         _J.file_ttl_hours, description="uploaded batch files expire after this (default: kept until deleted)")
     batch_output_ttl_hours: Hours = Field(
