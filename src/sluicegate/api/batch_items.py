@@ -50,12 +50,15 @@ def _parse(data: Any, schema: type[BaseModel], refuse: Callable[[Mapping[str, An
         raise validation_error(exc, data) from None
 
 
-def _openai(served: Callable[[], ServedModel], schema: type[BaseModel],
+Served = Callable[[str | None], ServedModel]  # the model a request names (None: the default), as routes resolve it
+
+
+def _openai(served: Served, schema: type[BaseModel],
             refuse: Callable[[Mapping[str, Any]], Refusal | None], surface: ModuleType) -> Handler:
     async def run(body: str, ctx: RequestContext) -> Outcome:
         try:
             req = _parse(json.loads(body), schema, refuse)
-            model = served()
+            model = served(req.model)  # the model the item names: local or an upstream's
             plan = await surface.prepare(model, req, ctx)
             try:
                 answer = await surface.complete(model, plan, ctx)
@@ -69,13 +72,13 @@ def _openai(served: Callable[[], ServedModel], schema: type[BaseModel],
     return run
 
 
-def _prediction(served: Callable[[], ServedModel]) -> Handler:
+def _prediction(served: Served) -> Handler:
     """A prediction request, as `POST /v1/predictions` runs it (serving/predictions.py)."""
 
     async def run(body: str, ctx: RequestContext) -> Outcome:
         try:
             req = predictions.parse(json.loads(body))
-            model = served()
+            model = served(req.model)
             plan = await predictions.start(model, req, ctx)
             try:
                 answer = await predictions.complete(model, plan, ctx)
@@ -88,7 +91,7 @@ def _prediction(served: Callable[[], ServedModel]) -> Handler:
     return run
 
 
-def handlers(served: Callable[[], ServedModel]) -> dict[str, Handler]:
+def handlers(served: Served) -> dict[str, Handler]:
     return {
         "/v1/chat/completions": _openai(served, ChatCompletionRequest, openai_chat.chat_refusal, chat),
         "/v1/completions": _openai(served, CompletionRequest, openai_completions.completion_refusal, completions),

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
-from sluicegate.api.batch_items import handlers
+from sluicegate.api.batch_items import Served, handlers
 from sluicegate.config import JobsConfig
 from sluicegate.jobs.files import FileStore
 from sluicegate.jobs.output import render_files
 from sluicegate.jobs.states import EVENTS
 from sluicegate.jobs.store import JobStore
 from sluicegate.jobs.worker import Outcome, Worker
-from sluicegate.serving.models import ServedModel
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchJob
 from sluicegate.tenancy.usage import UsageLedger
@@ -32,8 +30,9 @@ class JobsRuntime:
         self.webhooks = webhooks
         self._prune: asyncio.Task[None] | None = None
 
-    def start(self, served: Callable[[], ServedModel], engine_slots: int) -> None:
-        """Start this process's worker (on the serving loop, once the model is loaded)."""
+    def start(self, served: Served, engine_slots: int) -> None:
+        """Start this process's worker (on the serving loop, once every served model, local or upstream, can
+        serve); `served(name)` resolves the model an item names, as the routes do."""
         c = self.config
         slots = c.worker_slots if c.worker_slots is not None else max(1, engine_slots // 4)
         output_ttl = c.output_ttl_hours * 3600

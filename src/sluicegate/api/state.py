@@ -37,6 +37,7 @@ from sluicegate.webhooks import Webhooks
 log = logging.getLogger("sluicegate")
 
 RunnerFactory = Callable[[], ModelRunner]
+UPSTREAM_ENGINE_SLOTS = 16  # an upstream-only server's batch worker runs a quarter of this: 4 items at once
 
 
 @dataclass(slots=True)
@@ -142,6 +143,10 @@ class AppState:
             return
         models.update(ups)
         self.models = models
+        # batch work runs wherever a model is served, local or upstream only (an upstream engine's own slots
+        # are not known here: 4 items at once unless --batch-worker-slots says)
+        slots = self.model.runner.limits.n_slots if self.model is not None else UPSTREAM_ENGINE_SLOTS
+        self.batch.start(self.served, slots)
 
     def _local_tokenizer(self, name: str) -> ModelRunner:
         return self.model.runner if self.model is not None else self.factory()
@@ -165,7 +170,6 @@ class AppState:
                 lambda: float(getattr(runner, "compute_threads", 0)))
         self.engine = engine
         self.model = ServedModel(runner, AsyncEngine(engine), budget)
-        self.batch.start(self.served, runner.limits.n_slots)
         ident = runner.identity
         log.info(
             "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,

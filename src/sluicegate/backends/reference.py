@@ -39,6 +39,7 @@ class ReferenceRunner:
     def __init__(
         self, *, n_ctx: int = 512, n_slots: int = 8, n_batch: int = 512, seed: int = 0, dim: int = 32,
         eos_slope: float = 0.02, single_token_drift: float = 0.0, decoded_kv_exact: bool = False,
+        name: str = "reference",
     ) -> None:
         """`decoded_kv_exact` declares decoded tokens' state reusable as a prompt's (llama.cpp's flash-attention
         row path); true of this model only without `single_token_drift`, which tests use to catch a cache that
@@ -53,7 +54,7 @@ class ReferenceRunner:
         self._alone: list[list[bool]] = [[] for _ in range(n_slots)]  # computed as its slot's only token
         self._state: list[np.ndarray] = [np.zeros(dim, np.float32) for _ in range(n_slots)]
         digest = hashlib.sha256(self._emb.tobytes() + self._out.tobytes()).hexdigest()
-        self._identity = ModelIdentity(name="reference", version=f"seed{seed}", digest=f"sha256:{digest}")
+        self._identity = ModelIdentity(name=name, version=f"seed{seed}", digest=f"sha256:{digest}")
         self._limits = RunnerLimits(
             n_ctx=n_ctx, n_slots=n_slots, n_vocab=N_VOCAB, n_batch=n_batch,
             eos_ids=frozenset({EOS_ID}), bos_id=BOS_ID, decoded_kv_exact=decoded_kv_exact,

@@ -1,7 +1,8 @@
 """The app on the tiny reference backend, served by uvicorn on 127.0.0.1: for socket tests and benchmarks.
 
     python -m sluicegate.testing.refserver --port 8123 [every `serve` setting: --database-url URL,
-        --redis-url URL, --batch-lease-seconds S, --upstream [NAME=]URL, --log-format json, ...]
+        --redis-url URL, --batch-lease-seconds S, --upstream [NAME=]URL, --name NAME (the model's name,
+        default reference), --log-format json, ...]
         [--step-delay-ms MS] [--eos-slope X] [--plain-http]
 
 Its own defaults differ from serve's where a test wants it: a 512-token window, 8 slots, warnings only, and
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         store = Store.open(s.database_url)
         upgrade_engine(store.engine)
     delay = args.step_delay_ms / 1e3
-    app = create_app(config, lambda: DelayedRunner(delay, n_ctx=s.ctx, n_slots=s.slots, eos_slope=args.eos_slope),
-                     store=store)
+    app = create_app(config, lambda: DelayedRunner(delay, n_ctx=s.ctx, n_slots=s.slots, eos_slope=args.eos_slope,
+                                                   name=s.name or "reference"), store=store)
     try:
         serve_app(app, app.state.sluicegate, log_level=s.log_level, plain=args.plain_http)
     finally:
