@@ -11,7 +11,7 @@ from sluicegate.config import JobsConfig
 from sluicegate.jobs.files import FileStore, LineSplitter
 from sluicegate.jobs.intake import LINE_DEPTH, PAGE, SEED_ENDPOINT, Intake, TooManyItems
 from sluicegate.jobs.limits import check_concurrency, check_tokens, too_many_items
-from sluicegate.jobs.store import JobStore
+from sluicegate.jobs.store import JobStore, OverLimit
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.strict_json import parse_json
 
@@ -23,10 +23,8 @@ def create_openai(jobs: JobStore, files: FileStore, cfg: JobsConfig, estimate_ne
                   input_file_id: str, endpoint: str, window: str, meta: dict[str, str] | None) -> str:
     """Validate the whole input file (streamed) and queue its requests; a bad input fails the job (OpenAI's
     rule), a per-key limit refuses it (ApiError, and no job remains). Synchronous: call it in a thread."""
-    active, enqueued = jobs.active_load(key_id)
-    check_concurrency(cfg, active)
-    job_id = jobs.create(key_id=key_id, shape="openai", endpoint=endpoint, window_s=WINDOW_S[window],
-                         window=window, input_file_id=input_file_id, meta=meta)
+    job_id = new_job(jobs, cfg, key_id=key_id, shape="openai", endpoint=endpoint, window_s=WINDOW_S[window],
+                     window=window, input_file_id=input_file_id, meta=meta)
     intake = Intake(jobs, job_id, cfg.max_items_per_job, estimate_new)
     try:
         for line, raw in enumerate(files.lines(input_file_id), 1):
@@ -38,15 +36,33 @@ def create_openai(jobs: JobStore, files: FileStore, cfg: JobsConfig, estimate_ne
         if intake.errors:
             jobs.fail(job_id, intake.errors)
             return job_id
-        check_tokens(cfg, enqueued, intake.est_tokens)
+        start(jobs, cfg, job_id, key_id, intake)
     except TooManyItems as exc:
         jobs.discard(job_id)
         raise too_many_items(exc.limit) from None
     except BaseException:  # a refusal by a limit, or anything unforeseen: no job left `validating`
         jobs.discard(job_id)
         raise
-    jobs.start(job_id, intake.count, intake.est_tokens)
     return job_id
+
+
+def new_job(jobs: JobStore, cfg: JobsConfig, **kw: Any) -> str:
+    """A job created within the key's concurrent-jobs limit (checked atomically: jobs/store.py)."""
+    try:
+        return jobs.create(**kw, max_active=cfg.max_concurrent_jobs)
+    except OverLimit as exc:
+        check_concurrency(cfg, exc.before)
+        raise AssertionError("unreachable: over the limit") from None
+
+
+def start(jobs: JobStore, cfg: JobsConfig, job_id: str, key_id: str | None, intake: Intake) -> None:
+    """Start the validated job within the key's enqueued-token limit (checked atomically: jobs/store.py)."""
+    check_tokens(cfg, 0, intake.est_tokens)  # alone over the limit: refused before anything is locked
+    try:
+        jobs.start(job_id, intake.count, intake.est_tokens, key_id=key_id, max_tokens=cfg.max_enqueued_tokens)
+    except OverLimit as exc:
+        check_tokens(cfg, exc.before, intake.est_tokens)
+        raise AssertionError("unreachable: over the limit") from None
 
 
 class SeedJob:
@@ -58,22 +74,18 @@ class SeedJob:
         self.meta = meta
         self.estimate_new = estimate_new
         self.job_id = ""
-        self.enqueued = 0
         self.intake: Intake | None = None
 
     def _begin(self) -> None:
-        active, self.enqueued = self.jobs.active_load(self.key_id)
-        check_concurrency(self.cfg, active)
-        self.job_id = self.jobs.create(key_id=self.key_id, shape="seed", endpoint=SEED_ENDPOINT,
-                                       window_s=WINDOW_S[SEED_WINDOW], window=SEED_WINDOW, input_file_id=None,
-                                       meta=self.meta)
+        self.job_id = new_job(self.jobs, self.cfg, key_id=self.key_id, shape="seed", endpoint=SEED_ENDPOINT,
+                              window_s=WINDOW_S[SEED_WINDOW], window=SEED_WINDOW, input_file_id=None,
+                              meta=self.meta)
         self.intake = Intake(self.jobs, self.job_id, self.cfg.max_items_per_job, self.estimate_new)
 
     def _finish(self) -> None:
         assert self.intake is not None
         self.intake.flush()
-        check_tokens(self.cfg, self.enqueued, self.intake.est_tokens)
-        self.jobs.start(self.job_id, self.intake.count, self.intake.est_tokens)
+        start(self.jobs, self.cfg, self.job_id, self.key_id, self.intake)
 
     async def _guarded(self, fn: Callable[[], None]) -> None:
         try:

@@ -18,6 +18,7 @@ from sluicegate.jobs import states as S
 from sluicegate.jobs.files import new_id, utcnow
 from sluicegate.jobs.leases import Leases
 from sluicegate.store.db import Store
+from sluicegate.store.keylock import lock_key
 from sluicegate.store.models import BatchItem, BatchJob
 from sluicegate.store.notify import JOBS, announce
 
@@ -42,6 +43,15 @@ class JobView:
         return sum(n for s, n in self.counts.items() if s not in S.OPEN_ITEMS)
 
 
+class OverLimit(Exception):
+    """A per-key limit would be passed; `before` is the key's count (jobs, or estimated tokens) without this
+    job."""
+
+    def __init__(self, before: int) -> None:
+        super().__init__(before)
+        self.before = before
+
+
 def _owner_is(key_id: str | None) -> Any:
     return BatchJob.key_id.is_(None) if key_id is None else BatchJob.key_id == key_id
 
@@ -53,14 +63,22 @@ class JobStore:
 
     # -- creation ----------------------------------------------------------------------------------------
     def create(self, *, key_id: str | None, shape: str, endpoint: str, window_s: float, window: str,
-               input_file_id: str | None, meta: dict[str, Any] | None) -> str:
+               input_file_id: str | None, meta: dict[str, Any] | None, max_active: int | None = None) -> str:
+        """A new job, `validating`; with `max_active`, OverLimit unless the key then has at most that many
+        unfinished jobs: inserted, counted and kept or rolled back under the key's lock (store/keylock.py),
+        so concurrent creates on any replica never pass the limit together."""
         job_id = new_id("batch_")
         now = utcnow()
         with self.store.session() as s, s.begin():
+            lock_key(s, "batch_jobs", key_id)
             s.execute(insert(BatchJob).values(
                 id=job_id, key_id=key_id, shape=shape, endpoint=endpoint, status=S.VALIDATING,
                 completion_window=window, input_file_id=input_file_id, meta=None if meta is None else json.dumps(meta),
                 total=0, est_tokens=0, created_at=now, expires_at=now + dt.timedelta(seconds=window_s)))
+            if max_active is not None:
+                n = s.execute(select(func.count()).where(_owner_is(key_id), BatchJob.status.in_(S.ACTIVE))).scalar()
+                if int(n or 0) > max_active:
+                    raise OverLimit(int(n or 0) - 1)  # rolls the insert back
         return job_id
 
     def add_items(self, job_id: str, rows: Sequence[dict[str, Any]]) -> None:
@@ -74,14 +92,24 @@ class JobStore:
         with self.store.session() as s, s.begin():
             s.execute(insert(BatchItem), full)
 
-    def start(self, job_id: str, total: int, est_tokens: int) -> None:
+    def start(self, job_id: str, total: int, est_tokens: int, *, key_id: str | None = None,
+              max_tokens: int | None = None) -> None:
         """Validated: the job turns in_progress and its items leasable, in one transaction. A job cancelled while
-        it was validating keeps its status, and its items are cancelled instead."""
+        it was validating keeps its status, and its items are cancelled instead. With `max_tokens`, OverLimit
+        (nothing changed) unless the key's unfinished jobs then estimate at most that many tokens, checked under
+        the key's lock as `create` checks the job count."""
         now = utcnow()
         with self.store.session() as s, s.begin():
+            lock_key(s, "batch_jobs", key_id)
             res = s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status == S.VALIDATING).values(
                 status=S.IN_PROGRESS, in_progress_at=now, total=total, est_tokens=est_tokens))
             started = bool(res.rowcount)  # type: ignore[attr-defined]
+            if started and max_tokens is not None:
+                q = select(func.coalesce(func.sum(BatchJob.est_tokens), 0)).where(
+                    _owner_is(key_id), BatchJob.status.in_(S.ACTIVE))
+                enqueued = int(s.execute(q).scalar() or 0)
+                if enqueued > max_tokens:
+                    raise OverLimit(enqueued - est_tokens)  # rolls the start back: the caller discards the job
             if not started:
                 s.execute(update(BatchJob).where(BatchJob.id == job_id).values(total=total, est_tokens=est_tokens))
             s.execute(update(BatchItem).where(BatchItem.job_id == job_id, BatchItem.state == S.HELD).values(
@@ -127,14 +155,6 @@ class JobStore:
                 q = q.where((j.created_at < anchor.created_at) | ((j.created_at == anchor.created_at) & (j.id < after)))
             jobs = s.execute(q.order_by(j.created_at.desc(), j.id.desc()).limit(limit)).scalars().all()
             return [JobView(job, self._counts(s, job.id)) for job in jobs]
-
-    def active_load(self, key_id: str | None) -> tuple[int, int]:
-        """(unfinished jobs, their estimated tokens) of one key: the concurrency and enqueued-token limits."""
-        q = select(func.count(), func.coalesce(func.sum(BatchJob.est_tokens), 0)).where(
-            _owner_is(key_id), BatchJob.status.in_(S.ACTIVE))
-        with self.store.session() as s:
-            n, tokens = s.execute(q).one()
-        return int(n), int(tokens)
 
     def items(self, job_id: str, *, after_line: int, limit: int) -> list[BatchItem]:
         q = (select(BatchItem).where(BatchItem.job_id == job_id, BatchItem.line > after_line)

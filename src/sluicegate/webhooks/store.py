@@ -15,10 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Result, select, update
+from sqlalchemy import CursorResult, Result, func, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from sluicegate.store.db import Store
+from sluicegate.store.keylock import lock_key
 from sluicegate.store.models import WebhookDelivery, WebhookEndpoint
 from sluicegate.store.notify import WEBHOOKS, announce
 
@@ -37,12 +39,29 @@ def _changed(result: Result[Any]) -> int:
     return int(cast(CursorResult[Any], result).rowcount)
 
 
-def create_endpoint(store: Store, key_id: str, url: str, event_types: list[str]) -> WebhookEndpoint:
+class TooManyEndpoints(Exception):
+    """The key already has the most endpoints allowed."""
+
+
+def create_endpoint(store: Store, key_id: str, url: str, event_types: list[str],
+                    limit: int | None = None) -> WebhookEndpoint:
+    """A new endpoint; with `limit`, TooManyEndpoints unless the key then has at most that many: inserted,
+    counted and kept or rolled back under the key's lock (store/keylock.py), so concurrent creates on any
+    replica never pass the limit together."""
     ep = WebhookEndpoint(id="we_" + secrets.token_hex(12), key_id=key_id, url=url,
                          event_types=" ".join(sorted(set(event_types))), secret=new_secret(), created_at=now())
     with store.session() as s, s.begin():
+        lock_key(s, "webhook_endpoints", key_id)
         s.add(ep)
+        s.flush()  # the insert first: on SQLite the write lock is then held to the commit
+        if limit is not None and _count(s, key_id) > limit:
+            raise TooManyEndpoints  # rolls the insert back
     return ep
+
+
+def _count(s: Session, key_id: str) -> int:
+    return int(s.scalar(select(func.count()).select_from(WebhookEndpoint).where(
+        WebhookEndpoint.key_id == key_id, WebhookEndpoint.deleted_at.is_(None))) or 0)
 
 
 def list_endpoints(store: Store, key_id: str) -> list[WebhookEndpoint]:

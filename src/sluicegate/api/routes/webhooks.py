@@ -62,6 +62,8 @@ def _delivery(d: WebhookDelivery) -> WebhookDeliveryOut:
 async def _store(request: Request, call: Callable[..., T], *args: object, **kw: object) -> T:
     try:
         return await asyncio.to_thread(call, app_state(request).store, *args, **kw)
+    except db.TooManyEndpoints:
+        raise
     except Exception:
         log.exception("%s the webhook store cannot be reached", context_of(request.scope).request_id)
         raise ApiError("store_unavailable", "webhook endpoints cannot be read or changed right now",
@@ -90,10 +92,11 @@ async def create_endpoint(request: Request) -> Response:
     except UnsafeUrl as exc:
         raise ApiError("invalid_request", str(exc), param="url", code=exc.code) from None
     limit = state.config.webhooks.max_endpoints_per_key
-    if await _store(request, db.count_endpoints, _owner(request)) >= limit:
+    try:
+        ep = await _store(request, db.create_endpoint, _owner(request), req.url, list(req.event_types), limit)
+    except db.TooManyEndpoints:
         raise ApiError("invalid_request", f"this API key has {limit} webhook endpoints, the most allowed; "
-                       "delete one first", param="url", code="too_many_endpoints")
-    ep = await _store(request, db.create_endpoint, _owner(request), req.url, list(req.event_types))
+                       "delete one first", param="url", code="too_many_endpoints") from None
     reply = json_reply(_endpoint(ep, secret=True), ctx)
     reply.status_code = 201
     return reply
