@@ -42,7 +42,7 @@ class JobsRuntime:
 
         self.worker = Worker(self.jobs, handlers(served), slots=slots, lease_s=c.lease_s, poll_s=c.poll_s,
                              finalizer=finalize, on_usage=self._usage, on_final=self.announce,
-                             validating_timeout_s=c.validating_timeout_s)
+                             validating_timeout_s=c.validating_timeout_s, discard=self.files.delete)
         self.worker.start()
         self._prune = asyncio.create_task(self._prune_loop())
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sqlalchemy import select
+
 from sluicegate.jobs import states as S
 from sluicegate.jobs.files import FileStore, Writer
 from sluicegate.jobs.store import JobStore
-from sluicegate.store.models import BatchItem, BatchJob
+from sluicegate.store.models import BatchFile, BatchItem, BatchJob
 
 NOT_RUN = {S.ITEM_CANCELLED: ("batch_cancelled", "This request was not run: the batch was cancelled."),
            S.ITEM_EXPIRED: ("batch_expired", "This request could not be executed before the completion window "
@@ -60,8 +62,37 @@ class _Lazy:
 
 
 def render_files(jobs: JobStore, files: FileStore, job: BatchJob, ttl_s: float) -> tuple[str | None, str | None]:
+    """The job's output and error files. Files a finalizer that died part-way left for this job are deleted
+    first, and this call's own are deleted if it fails: a job never leaves an output file nobody points to."""
+    discard_outputs(files, job)
     out, err = _Lazy(files, job, "output", ttl_s), _Lazy(files, job, "error", ttl_s)
-    for item in jobs.iter_items(job.id):
-        good, line = output_line(item)
-        (out if good else err).write(line)
-    return out.close(), err.close()
+    try:
+        for item in jobs.iter_items(job.id):
+            good, line = output_line(item)
+            (out if good else err).write(line)
+        return out.close(), err.close()
+    except BaseException:
+        for lazy in (out, err):
+            if lazy.writer is not None:
+                files.delete(lazy.writer.file_id)
+        raise
+
+
+def discard_outputs(files: FileStore, job: BatchJob) -> int:
+    """Delete the output files rendered for `job` that it does not point to (another finalizer's, which
+    lost its claim or died); how many."""
+    names = [f"{job.id}_{name}.jsonl" for name in ("output", "error")]
+    with files.store.session() as s:
+        rows = s.execute(select(BatchFile.id).where(
+            BatchFile.purpose == "batch_output", BatchFile.filename.in_(names), _owner(job.key_id))).scalars().all()
+        current = s.execute(select(BatchJob.output_file_id, BatchJob.error_file_id)
+                            .where(BatchJob.id == job.id)).one_or_none()
+    keep = set(current or ())
+    gone = [fid for fid in rows if fid not in keep]
+    for fid in gone:
+        files.delete(fid)
+    return len(gone)
+
+
+def _owner(key_id: str | None) -> Any:
+    return BatchFile.key_id.is_(None) if key_id is None else BatchFile.key_id == key_id

@@ -247,8 +247,26 @@ class JobStore:
             expired = self._counts(s, job.id).get(S.ITEM_EXPIRED, 0)
         return S.EXPIRED if expired else S.COMPLETED
 
-    def complete(self, job: BatchJob, final: str, output_file_id: str | None, error_file_id: str | None) -> None:
-        stamp = {S.CANCELLED: "cancelled_at", S.EXPIRED: "expired_at", S.COMPLETED: "completed_at"}[final]
+    def renew_finalize(self, job_id: str, claim: dt.datetime) -> dt.datetime | None:
+        """Keep a finalize claim fresh while the output is rendered (so no other process takes it as stale):
+        the claim's new stamp, or None when it is no longer the caller's."""
+        fresh = max(utcnow(), claim + dt.timedelta(microseconds=1))
+        j = BatchJob
         with self.store.session() as s, s.begin():
-            s.execute(update(BatchJob).where(BatchJob.id == job.id, BatchJob.status == S.FINALIZING).values(
-                status=final, output_file_id=output_file_id, error_file_id=error_file_id, **{stamp: utcnow()}))
+            res = s.execute(update(j).where(j.id == job_id, j.status == S.FINALIZING, j.finalizing_at == claim)
+                            .values(finalizing_at=fresh))
+        return fresh if res.rowcount else None  # type: ignore[attr-defined]
+
+    def complete(self, job: BatchJob, final: str, output_file_id: str | None, error_file_id: str | None,
+                 claim: dt.datetime | None = None) -> bool:
+        """The job's final state and files, written only while the finalize claim (`claim`: its stamp,
+        `job.finalizing_at` if not given) is the caller's: a job is completed exactly once. False: it was not
+        (the caller's files are then nobody's, and the caller deletes them)."""
+        stamp = {S.CANCELLED: "cancelled_at", S.EXPIRED: "expired_at", S.COMPLETED: "completed_at"}[final]
+        claim = claim or job.finalizing_at
+        j = BatchJob
+        with self.store.session() as s, s.begin():
+            res = s.execute(update(j).where(j.id == job.id, j.status == S.FINALIZING, j.finalizing_at == claim)
+                            .values(status=final, output_file_id=output_file_id, error_file_id=error_file_id,
+                                    **{stamp: utcnow()}))
+        return bool(res.rowcount)  # type: ignore[attr-defined]

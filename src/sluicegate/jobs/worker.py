@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import functools
 import logging
 import secrets
@@ -66,8 +67,10 @@ class _Running:
 class Worker:
     def __init__(self, jobs: JobStore, handlers: Mapping[str, Handler], *, slots: int, lease_s: float,
                  poll_s: float, finalizer: Finalizer, on_usage: Callable[[str | None, str, Outcome, str], None],
-                 on_final: Callable[[BatchJob, str], None], validating_timeout_s: float = 600.0) -> None:
-        """`on_final(job, final state)` announces a job's end; it is called in a thread and may block."""
+                 on_final: Callable[[BatchJob, str], None], validating_timeout_s: float = 600.0,
+                 discard: Callable[[str], None] = lambda _file_id: None) -> None:
+        """`on_final(job, final state)` announces a job's end; `discard(file id)` deletes an output file
+        rendered for a job whose finalize claim was lost; both are called in a thread and may block."""
         self.jobs = jobs
         self.handlers = handlers
         self.slots = max(1, slots)
@@ -77,6 +80,8 @@ class Worker:
         self.on_usage = on_usage
         self.on_final = on_final
         self.validating_timeout_s = validating_timeout_s
+        self.discard = discard
+        self._finalizing: asyncio.Task[int] | None = None
         self.owner = f"w_{secrets.token_hex(8)}"
         self._running: dict[int, _Running] = {}
         self._stopped_jobs: dict[str, str] = {}  # job id -> item state for its running items (cancel, expire)
@@ -110,7 +115,9 @@ class Worker:
         self._stopping = True
         if self._loop_task is not None:
             self._loop_task.cancel()
-        tasks = [r.task for r in self._running.values()]
+        tasks: list[asyncio.Task[Any]] = [r.task for r in self._running.values()]
+        if self._finalizing is not None:  # its claim goes stale and another process renders the files again
+            tasks.append(self._finalizing)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -141,7 +148,7 @@ class Worker:
                         log.warning("batch %s: still validating after %gs; failed", job_id,
                                     self.validating_timeout_s)
                     last_sweep = now
-                found = await self._finalize_ready() > 0 or found
+                self._finalize_soon()
                 free = self.slots - len(self._running)
                 if free > 0 and now >= self._backoff_until:
                     for lease in await asyncio.to_thread(self.jobs.leases.lease, self.owner, free, self.lease_s):
@@ -166,22 +173,67 @@ class Worker:
             if state == S.CANCELLING:
                 self._abort(job_id, S.ITEM_CANCELLED)
 
+    def _finalize_soon(self) -> None:
+        """Finalizing runs beside the loop, never in it: rendering a large job's files takes as long as it takes,
+        and the loop meanwhile keeps renewing the leases of the items running here."""
+        if self._finalizing is None or self._finalizing.done():
+            self._finalizing = asyncio.create_task(self._finalize_ready(), name="sluicegate-jobs-finalize")
+
     async def _finalize_ready(self) -> int:
         """Finish the jobs whose items have all ended; returns how many were ready."""
-        ready = await asyncio.to_thread(self.jobs.ready_to_finalize, self.lease_s)
-        for job_id in ready:
-            job = await asyncio.to_thread(self.jobs.claim_finalize, job_id, self.lease_s)
-            if job is None:
-                continue
-            out, err = (None, None) if job.shape != "openai" else await asyncio.to_thread(self.finalizer, job)
-            final = await asyncio.to_thread(self.jobs.final_state, job)
-            # announced before the state is final: a crash between the two re-announces on the next try, and
-            # the event's stable id makes that a no-op where it was already queued
-            await asyncio.to_thread(self.on_final, job, final)
-            await asyncio.to_thread(self.jobs.complete, job, final, out, err)
-            self._stopped_jobs.pop(job_id, None)
-            log.info("batch %s %s", job_id, final)
+        try:
+            ready = await asyncio.to_thread(self.jobs.ready_to_finalize, self.lease_s)
+            for job_id in ready:
+                job = await asyncio.to_thread(self.jobs.claim_finalize, job_id, self.lease_s)
+                if job is not None:
+                    await self._finalize(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("batch worker: finalizing failed; retrying")
+            return 0
+        if ready:
+            self.wake()  # look again at once: more may be ready
         return len(ready)
+
+    async def _finalize(self, job: BatchJob) -> None:
+        """One claimed job: its files rendered while a heartbeat keeps the claim fresh (every third of `lease_s`,
+        so no other process takes it as stale), then completed only if the claim is still this one's."""
+        assert job.finalizing_at is not None
+        claim: dt.datetime = job.finalizing_at
+        done = asyncio.Event()
+        lost = False
+
+        async def heartbeat() -> None:
+            nonlocal claim, lost
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), self.lease_s / 3)
+                    return
+                fresh = await asyncio.to_thread(self.jobs.renew_finalize, job.id, claim)
+                if fresh is None:
+                    lost = True
+                    return
+                claim = fresh
+
+        beat = asyncio.create_task(heartbeat())
+        try:
+            out, err = (None, None) if job.shape != "openai" else await asyncio.to_thread(self.finalizer, job)
+        finally:
+            done.set()
+            await asyncio.gather(beat, return_exceptions=True)  # a renewal under way lands before `claim` is read
+        final = await asyncio.to_thread(self.jobs.final_state, job)
+        # announced before the state is final: a crash between the two re-announces on the next try, and
+        # the event's stable id makes that a no-op where it was already queued
+        await asyncio.to_thread(self.on_final, job, final)
+        if lost or not await asyncio.to_thread(self.jobs.complete, job, final, out, err, claim):
+            log.warning("batch %s: the finalize claim was taken over; this process's files are deleted", job.id)
+            for fid in (out, err):
+                if fid is not None:
+                    await asyncio.to_thread(self.discard, fid)
+            return
+        self._stopped_jobs.pop(job.id, None)
+        log.info("batch %s %s", job.id, final)
 
     # -- one item ----------------------------------------------------------------------------------------
     def run_item(self, lease: Lease) -> None:
