@@ -71,6 +71,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
         try:
             yield
         finally:
+            state.stop_loading()  # an upstream still being waited for is not checked again
             await loading
             await state.close()
             await state.close_tenancy()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -37,6 +39,8 @@ from sluicegate.webhooks import Webhooks
 log = logging.getLogger("sluicegate")
 
 RunnerFactory = Callable[[], ModelRunner]
+UPSTREAM_RETRY_FIRST_S = 1.0  # an upstream that failed its start-up checks, but may yet come up, is checked
+UPSTREAM_RETRY_MAX_S = 30.0  # again after 1 s, then 2, 4, ... and every 30 s at most
 UPSTREAM_ENGINE_SLOTS = 16  # an upstream-only server's batch worker runs a quarter of this: 4 items at once
 
 
@@ -62,6 +66,11 @@ class AppState:
     http: httpx.AsyncClient | None = None  # the pooled client of every upstream
     engine: Engine | None = None
     load_error: str | None = None
+    upstream_wait: tuple[str, float] | None = None  # (which upstream failed its checks and why, the next check's
+    # delay) while one is being checked again; /readyz says it
+    fatal: str | None = None  # a configuration that can never serve: the server exits non-zero with this
+    shutdown: Callable[[str], None] | None = None  # ends the server (api/server/run.py sets it)
+    _stop_loading: asyncio.Event = field(default_factory=asyncio.Event)
     load_started: float = 0.0
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # this app's: engine metrics, readiness
     drain: Drain = field(default_factory=Drain)  # the shutdown drain (api/drain.py, api/server/run.py)
@@ -127,12 +136,10 @@ class AppState:
                 return
         if self.config.upstream.targets:
             self.http = new_http_client(self.config.upstream)
-            try:
-                ups = await load_upstreams(self.config, self.http, self.tokenizers or self._local_tokenizer)
-            except (UpstreamRefused, OSError, ValueError) as exc:
-                log.error("refusing to serve: %s", exc)  # the operator's message: never a client's
-                self.load_error = "upstream_refused"
+            found = await self._load_upstreams(self.http)
+            if found is None:
                 return
+            ups = found
         else:
             ups = {}
         models = {} if self.model is None else {self.model.identity.name: self.model}
@@ -143,10 +150,41 @@ class AppState:
             return
         models.update(ups)
         self.models = models
+        self.upstream_wait = None
         # batch work runs wherever a model is served, local or upstream only (an upstream engine's own slots
         # are not known here: 4 items at once unless --batch-worker-slots says)
         slots = self.model.runner.limits.n_slots if self.model is not None else UPSTREAM_ENGINE_SLOTS
         self.batch.start(self.served, slots)
+
+    async def _load_upstreams(self, http: httpx.AsyncClient) -> dict[str, ServedModel] | None:
+        """Probe the upstreams until they pass (api/upstreams.py). One that may yet come up (not reachable, 5xx)
+        is checked again after 1 s, doubling to `UPSTREAM_RETRY_MAX_S`, with /readyz saying which and why
+        (`upstream_wait`); one that answered what can never work (it does not serve the model, refuses the key,
+        disagrees on the tokenizer) ends the server: None, `fatal` set and `shutdown` called."""
+        delay = UPSTREAM_RETRY_FIRST_S
+        while True:
+            try:
+                return await load_upstreams(self.config, http, self.tokenizers or self._local_tokenizer)
+            except (UpstreamRefused, OSError, ValueError) as exc:
+                why = _no_userinfo(str(exc))  # the operator's message (URLs without credentials): never a client's
+                if getattr(exc, "permanent", True):
+                    log.error("refusing to serve: %s", why)
+                    self.load_error = "upstream_refused"
+                    self.fatal = why
+                    self.upstream_wait = None
+                    if self.shutdown is not None:
+                        self.shutdown(why)
+                    return None
+                self.upstream_wait = (f"{why}; checked again in {delay:g} s", delay)
+                log.warning("upstream not ready: %s; checking again in %g s", why, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_loading.wait(), delay)
+                return None  # shutting down
+            delay = min(delay * 2, UPSTREAM_RETRY_MAX_S)
+
+    def stop_loading(self) -> None:
+        """Shutting down: an upstream still being waited for is not checked again."""
+        self._stop_loading.set()
 
     def _local_tokenizer(self, name: str) -> ModelRunner:
         return self.model.runner if self.model is not None else self.factory()
@@ -224,6 +262,11 @@ class AppState:
         """Every served model, the default first; refuses (503) while loading, as `served` does."""
         first = self.served()
         return [first] + [m for m in self.models.values() if m is not first]
+
+
+def _no_userinfo(text: str) -> str:
+    """URLs in a message without their `user:password@`."""
+    return re.sub(r"(?<=://)[^/@\s]+@", "", text)
 
 
 def app_state(conn: HTTPConnection) -> AppState:

@@ -25,11 +25,15 @@ async def discover_name(http: httpx.AsyncClient, url: str, api_key: str | None) 
     """The first model an upstream lists (`--upstream URL` without a NAME and without --name)."""
     try:
         resp = await http.get(f"{url}/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    except httpx.HTTPError as exc:
+        raise UpstreamRefused(f"{url}: not reachable ({type(exc).__name__})", permanent=False) from None
+    try:
         first = resp.json()["data"][0]["id"]
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError):
         first = None
-    if not isinstance(first, str) or not first:
-        raise UpstreamRefused(f"{url}: lists no model at /models; give --upstream NAME=URL")
+    if not isinstance(first, str) or not first:  # a server still starting may list none yet: checked again
+        raise UpstreamRefused(f"{url}: lists no model at /models (answered {resp.status_code}); give --upstream "
+                              "NAME=URL", permanent=False)
     return first
 
 
@@ -47,7 +51,10 @@ async def load_upstreams(config: Config, http: httpx.AsyncClient,
     out: dict[str, ServedModel] = {}
     for name, eps in by_name.items():
         runner = await asyncio.to_thread(tokenizer_for, name)
-        results = [await probe(http, ep, name, cfg.api_key, runner) for ep in eps]
+        try:
+            results = [await probe(http, ep, name, cfg.api_key, runner) for ep in eps]
+        except UpstreamRefused as exc:
+            raise UpstreamRefused(f"upstream {name}: {exc}", permanent=exc.permanent) from None
         n_ctx = min(r.n_ctx for r in results)
         token_ids = all(r.token_ids for r in results)
         m = meta.get(name) or UpstreamModel(name)

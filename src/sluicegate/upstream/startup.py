@@ -25,7 +25,14 @@ PROBE_TEXT = "The quick brown fox: 42 + 7 = 49; naïve café, 東京."
 
 
 class UpstreamRefused(Exception):
-    """The upstream cannot be served behind our boundary; the message says why, for the operator."""
+    """The upstream cannot be served behind our boundary; the message says why, for the operator.
+    `permanent`: it answered, and what it answered can never work without changing the configuration (it does
+    not serve the model, refuses our key, disagrees on the tokenizer, reports no usage); else (not reachable,
+    5xx, 408, 429) it may yet come up, and is checked again."""
+
+    def __init__(self, message: str, *, permanent: bool = True) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +119,12 @@ async def probe(http: httpx.AsyncClient, ep: Endpoint, name: str, api_key: str |
         if status in (400, 422):  # a strict server that does not know return_token_ids
             status, ids = await _one_token(http, ep, name, headers, runner, token_ids=False)
     except httpx.HTTPError as exc:
-        raise UpstreamRefused(f"{ep.url}: not reachable ({type(exc).__name__})") from None
+        raise UpstreamRefused(f"{ep.url}: not reachable ({type(exc).__name__})", permanent=False) from None
+    if status == 404:
+        raise UpstreamRefused(f"{ep.url}: a one-token completion for model {name} answered 404: the upstream "
+                              f"does not serve model {name}; name a model it serves (--upstream NAME=URL)")
     if status != 200:
-        raise UpstreamRefused(f"{ep.url}: a one-token completion for model {name} answered {status}")
+        transient = status >= 500 or status in (408, 429)
+        raise UpstreamRefused(f"{ep.url}: a one-token completion for model {name} answered {status}",
+                              permanent=not transient)
     return ProbeResult(n_ctx=n_ctx, token_ids=ids, tokenize=has_tokenize)

@@ -27,7 +27,15 @@ async def readyz(request: Request) -> JSONResponse:
     try:
         model = state.served()
     except ApiError as exc:
-        return error_response(exc, context_of(request.scope).request_id)
+        refusal = exc
+        if state.fatal is not None:  # which upstream, and why (the operator's message, no credentials)
+            refusal = ApiError("not_ready", f"this configuration cannot serve: {state.fatal}", code="load_failed",
+                           retry_after=60)
+        elif state.upstream_wait is not None:
+            why, delay = state.upstream_wait
+            refusal = ApiError("not_ready", f"waiting for an upstream: {why}", code="upstream_starting",
+                           retry_after=max(1, round(delay)))
+        return error_response(refusal, context_of(request.scope).request_id)
     ident = model.identity
     return JSONResponse(
         {"status": "ready", "model": {"name": ident.name, "version": ident.version, "digest": ident.digest}}

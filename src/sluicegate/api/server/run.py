@@ -38,6 +38,7 @@ DEFAULT_MAX_CONNECTIONS = 4096
 FD_RESERVE = 256  # descriptors kept for everything but client connections (store, Redis pool, model, logs)
 CUT_GRACE_S = 5.0  # after the engine stops, how long cut responses get to write their last bytes
 SHUTDOWN_S = 5  # then uvicorn's own wait for connections (only stuck ones are left)
+EXIT_CANNOT_SERVE = 3  # the exit status of a server whose configuration can never serve
 
 
 def raise_fd_limit() -> int:
@@ -86,7 +87,14 @@ class Server(uvicorn.Server):
 
     async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
+        self.state.shutdown = self._fatal
         await super().serve(sockets)  # type: ignore[arg-type]
+
+    def _fatal(self, why: str) -> None:
+        """A configuration that can never serve (api/state.py): shut down; `serve_app` then exits non-zero."""
+        if not self._signalled:
+            self._signalled = True
+            self._start_drain("the configuration cannot serve")
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         name = signal.Signals(sig).name
@@ -129,5 +137,9 @@ class Server(uvicorn.Server):
 
 
 def serve_app(app: ASGIApp, state: AppState, *, log_level: str = "info", plain: bool = False) -> None:
-    """Serve until a signal ends it (see the module doc)."""
+    """Serve until a signal ends it (see the module doc); SystemExit(EXIT_CANNOT_SERVE) when the configuration
+    can never serve (an upstream that does not serve the model it is named for: api/state.py)."""
     Server(uvicorn_config(app, state.config, log_level=log_level, plain=plain), state).run()
+    if state.fatal is not None:
+        log.error("exiting: %s", state.fatal)
+        raise SystemExit(EXIT_CANNOT_SERVE)
