@@ -29,7 +29,7 @@ from sluicegate.serving.context import RequestContext
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchFile, BatchItem, BatchJob
 
-LEASE_S = 0.6
+LEASE_S = 3.0  # renewed every second: a loaded machine stalls a renewal for 2 s before a lease expires
 WAIT_S = 60.0
 
 
