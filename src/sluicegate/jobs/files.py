@@ -18,6 +18,7 @@ from sqlalchemy import CursorResult, Select, delete, func, insert, literal, sele
 
 from sluicegate.jobs.states import ACTIVE
 from sluicegate.store.db import Store
+from sluicegate.store.keylock import lock_key
 from sluicegate.store.models import BatchFile, BatchFileChunk, BatchJob, UTCDateTime
 
 CHUNK = 256 << 10  # bytes per stored chunk
@@ -75,8 +76,7 @@ class FileStore:
             q = update(BatchFile).where(BatchFile.id == file_id)
             if quota is not None:
                 key_id = s.execute(select(BatchFile.key_id).where(BatchFile.id == file_id)).scalar_one()
-                if not self.store.is_sqlite:
-                    s.execute(select(func.pg_advisory_xact_lock(func.hashtext("sluicegate.files." + (key_id or "")))))
+                lock_key(s, "files", key_id)
                 q = q.where(self._stored_of(key_id).scalar_subquery() + size <= quota)
             return bool(cast(CursorResult[Any], s.execute(q.values(bytes=size))).rowcount)
 

@@ -71,10 +71,6 @@ def list_endpoints(store: Store, key_id: str) -> list[WebhookEndpoint]:
         ).order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)))
 
 
-def count_endpoints(store: Store, key_id: str) -> int:
-    return len(list_endpoints(store, key_id))
-
-
 def get_endpoint(store: Store, key_id: str, endpoint_id: str) -> WebhookEndpoint | None:
     with store.session() as s:
         return s.scalar(select(WebhookEndpoint).where(
