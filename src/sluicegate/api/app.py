@@ -12,6 +12,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from sluicegate import __version__
+from sluicegate.api.anthropic_errors import AnthropicErrors
 from sluicegate.api.drain import DrainMiddleware
 from sluicegate.api.errors import install_error_handlers
 from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
@@ -25,6 +26,7 @@ from sluicegate.api.middleware.tracing import TracingMiddleware
 from sluicegate.api.middleware.trusted_host import HostRule, TrustedHostMiddleware, document_trusted_host
 from sluicegate.api.routes import (
     admin_keys,
+    anthropic,
     batch_predictions,
     batches,
     files,
@@ -42,6 +44,7 @@ from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.api.upstreams import TokenizerFactory
 from sluicegate.config import Config
 from sluicegate.protocol.admin_keys import KeyCreate, KeyUpdate
+from sluicegate.protocol.anthropic_messages import CountTokensRequest, MessagesRequest
 from sluicegate.protocol.batches import BatchCreateRequest
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
@@ -53,7 +56,8 @@ from sluicegate.store.db import Store
 
 REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest,
                                          PredictionRequest, WebhookEndpointCreate, BatchCreateRequest,
-                                         TokenizeRequest, DetokenizeRequest, KeyCreate, KeyUpdate]
+                                         TokenizeRequest, DetokenizeRequest, KeyCreate, KeyUpdate, MessagesRequest,
+                                         CountTokensRequest]
 
 
 def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None,
@@ -83,6 +87,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(metrics.router)
     app.include_router(generate.router)
     app.include_router(openai.router)
+    app.include_router(anthropic.router)
     app.include_router(usage.router)
     app.include_router(predictions.router)
     app.include_router(webhooks.router)
@@ -105,6 +110,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     # limit, and its refusal still carries the request id.
     app.add_middleware(TrustedHostMiddleware, rule=HostRule.for_bind(config.host, config.allowed_hosts))
     app.add_middleware(TracingMiddleware)  # the server span: inside the request context, so it has the id
+    app.add_middleware(AnthropicErrors)  # Anthropic's routes: every refusal in its shape, whoever refused
     app.add_middleware(RequestContextMiddleware,  # added last: outermost, so every answer carries the id
                        on_disconnect=lambda stage: state.disconnects.labels(stage).inc())
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.api.envelope import INTERNAL
-from sluicegate.api.sse import DONE, HEADERS, HEARTBEAT, SSEResponse, sse_stream
+from sluicegate.api.sse import HEADERS, OPENAI_FRAMING, Framing, SSEResponse, sse_stream
 from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.detached")
@@ -123,7 +123,8 @@ async def answer_detached(receive: Receive, finish: Coroutine[Any, Any, Response
 class _Buffer:
     """A stream's events so far, read by one response; `[DONE]` is held back until the work has ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, last: bytes) -> None:
+        self.last = last  # the stream's last event (held back)
         self.chunks: list[bytes] = []
         self.closed = False
         self._changed = asyncio.Event()
@@ -139,7 +140,7 @@ class _Buffer:
     async def read(self) -> AsyncIterator[bytes]:
         i = 0
         while True:
-            while i < len(self.chunks) and (self.closed or self.chunks[i] != DONE):
+            while i < len(self.chunks) and (self.closed or self.chunks[i] != self.last):
                 yield self.chunks[i]
                 i += 1
             if self.closed and i >= len(self.chunks):
@@ -164,7 +165,8 @@ class _DetachedStream(SSEResponse):
 
 
 def stream_detached(items: AsyncIterator[BaseModel | str | None], *, request_id: str,
-                    render_error: Callable[[ApiError, str], dict[str, Any]], keeper: Keeper) -> StreamingResponse:
+                    render_error: Callable[[ApiError, str], dict[str, Any]], keeper: Keeper,
+                    framing: Framing = OPENAI_FRAMING) -> StreamingResponse:
     """Run the event producer `items` in a task of its own; the response streams what it has produced."""
     errors: list[ApiError] = []
 
@@ -172,17 +174,17 @@ def stream_detached(items: AsyncIterator[BaseModel | str | None], *, request_id:
         errors.append(exc)
         return render_error(exc, rid)
 
-    buffer = _Buffer()
+    buffer = _Buffer(framing.last)
 
     async def pump() -> None:
         try:
-            async for chunk in sse_stream(items, request_id=request_id, render_error=capture):
+            async for chunk in sse_stream(items, request_id=request_id, render_error=capture, framing=framing):
                 buffer.append(chunk)
         except BaseException:
             buffer.close()
             await asyncio.shield(keeper.done(None))
             raise
-        body = b"".join(c for c in buffer.chunks if c != HEARTBEAT)
+        body = b"".join(c for c in buffer.chunks if c != framing.heartbeat)
         headers = {"content-type": SSE_TYPE, **{k.lower(): v for k, v in HEADERS.items()}}
         finished = Finished(200, headers, body, errors[0] if errors else None)
         keeper.answered(finished)

@@ -49,6 +49,7 @@ from starlette.types import Receive
 
 from sluicegate.api.detached import Finished, Render, answer_detached, stream_detached
 from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.sse import OPENAI_FRAMING, Framing
 from sluicegate.api.state import AppState, app_state
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
@@ -182,9 +183,10 @@ class Held:
         return await answer_detached(receive, finish, render=render, request_id=self._ctx.request_id, keeper=self)
 
     def stream(self, items: AsyncIterator[BaseModel | str | None],
-               render_error: Callable[[ApiError, str], dict[str, Any]]) -> Response:
+               render_error: Callable[[ApiError, str], dict[str, Any]], framing: Framing = OPENAI_FRAMING) -> Response:
         """Server-sent events, produced to the end even if the client leaves."""
-        return stream_detached(items, request_id=self._ctx.request_id, render_error=render_error, keeper=self)
+        return stream_detached(items, request_id=self._ctx.request_id, render_error=render_error, keeper=self,
+                               framing=framing)
 
     def answered(self, finished: Finished) -> None:
         """Remember a storable answer in the process before its client has it (api/detached.py)."""

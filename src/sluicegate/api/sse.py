@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi.responses import StreamingResponse
@@ -38,25 +39,47 @@ def frame(data: str, event: str | None = None) -> bytes:
     return f"{head}data: {data}\n\n".encode()
 
 
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """How a surface's events go on the wire. OpenAI's (the default): unnamed `data:` events serialised with
+    `exclude_unset`, a comment as the heartbeat, `[DONE]` last. Anthropic's: each event named after its
+    `type` and serialised whole, `ping` as the heartbeat, `message_stop` last."""
+
+    named: bool = False
+    last: bytes = DONE  # sent after everything, an error event included; held back until the work has ended
+    heartbeat: bytes = HEARTBEAT
+
+    def event(self, item: BaseModel | str) -> bytes:
+        if isinstance(item, str):
+            return frame(item)
+        if self.named:
+            return frame(item.model_dump_json(), event=str(getattr(item, "type", "message")))
+        return frame(item.model_dump_json(exclude_unset=True))
+
+
+OPENAI_FRAMING = Framing()
+ANTHROPIC_FRAMING = Framing(
+    named=True, last=frame('{"type": "message_stop"}', "message_stop"), heartbeat=frame('{"type": "ping"}', "ping")
+)
+
+
 async def sse_stream(
     items: AsyncIterator[BaseModel | str | None],
     *,
     request_id: str,
     render_error: Callable[[ApiError, str], dict[str, Any]],
+    framing: Framing = OPENAI_FRAMING,
 ) -> AsyncIterator[bytes]:
     try:
         try:
             async for item in items:
-                if item is None:
-                    yield HEARTBEAT
-                else:
-                    yield frame(item if isinstance(item, str) else item.model_dump_json(exclude_unset=True))
+                yield framing.heartbeat if item is None else framing.event(item)
         except ApiError as exc:
             yield frame(json.dumps(render_error(exc, request_id)), event="error")
         except Exception:
             log.exception("%s stream failed", request_id)
             yield frame(json.dumps(render_error(ApiError("internal_error", INTERNAL), request_id)), event="error")
-        yield DONE
+        yield framing.last
     finally:
         aclose = getattr(items, "aclose", None)
         if aclose is not None:
@@ -93,9 +116,10 @@ def sse_response(
     request_id: str,
     render_error: Callable[[ApiError, str], dict[str, Any]],
     on_close: Callable[[], None] | None = None,
+    framing: Framing = OPENAI_FRAMING,
 ) -> StreamingResponse:
     return SSEResponse(
-        sse_stream(items, request_id=request_id, render_error=render_error),
+        sse_stream(items, request_id=request_id, render_error=render_error, framing=framing),
         on_close=on_close,
         media_type="text/event-stream",
         headers=HEADERS,

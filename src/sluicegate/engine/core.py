@@ -499,7 +499,8 @@ class Engine:
             live,
             RequestOutput(
                 seq.request.request_id, new_ids or [], text, finished=True, finish_reason=reason,
-                logprobs=live.logprobs, prompt_tokens=seq.prompt_len, cached_tokens=seq.cached_tokens,
+                stop_string=live.stop.matched if reason is FinishReason.STOP else None, logprobs=live.logprobs,
+                prompt_tokens=seq.prompt_len, cached_tokens=seq.cached_tokens,
                 completion_tokens=len(seq.output_ids), seed=seq.seed, timing=timing, error=error,
             ),
         )

@@ -119,6 +119,7 @@ class RequestOutput:
     text: str
     finished: bool = False
     finish_reason: FinishReason | None = None
+    stop_string: str | None = None  # with FinishReason.STOP: the stop string that matched, when known
     logprobs: list[TokenLogprob] = field(default_factory=list)
     prompt_tokens: int = 0
     cached_tokens: int = 0

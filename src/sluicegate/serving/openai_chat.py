@@ -10,6 +10,7 @@ constrained as `required`'s), or `none` (tools are shown, text is generated).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -255,12 +256,9 @@ def _compile(runner: ModelRunner, req: ChatCompletionRequest, tool: ToolMode | N
     return None
 
 
-async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestContext) -> ChatPlan:
-    ident = model.resolve(req.model)
-    _check_combinations(req)
-    record_user(ctx.request_id, user=req.user, safety_identifier=req.safety_identifier)
-    runner = model.runner
-    template = template_for(runner)
+async def prompt_of(model: ServedModel, req: ChatCompletionRequest) -> ChatPrompt:
+    """The request's prompt: its messages (and tools) through the model's chat template, tokenised."""
+    template = template_for(model.runner)
     if template is None:
         raise ApiError(
             "invalid_request",
@@ -268,13 +266,25 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
             param="model",
             code="no_chat_template",
         )
-    t = time.perf_counter()
     n_bytes = 0
     for i, msg in enumerate(req.messages):
         n_bytes += check_text(_text(msg.content), f"messages[{i}].content")
     model.token_budget.check_prompt_bytes(n_bytes, param="messages")  # the contents alone are this many tokens
     messages = template_messages(req, template.uses_tools, template)
-    prompt = await render(model, template, messages, _tool_list(req) if template.uses_tools else None)
+    return await render(model, template, messages, _tool_list(req) if template.uses_tools else None)
+
+
+async def prepare(
+    model: ServedModel, req: ChatCompletionRequest, ctx: RequestContext, *, top_k: int = 0
+) -> ChatPlan:
+    """Check, render, budget, constrain and start the runs. `top_k`: a sampling cut chat does not take
+    (0: off), for the surfaces that render as chat and do (Anthropic's Messages)."""
+    ident = model.resolve(req.model)
+    _check_combinations(req)
+    record_user(ctx.request_id, user=req.user, safety_identifier=req.safety_identifier)
+    runner = model.runner
+    t = time.perf_counter()
+    prompt = await prompt_of(model, req)
     t = ctx.stage("tokenize", t)
     n_prompt = len(prompt.token_ids)
     requested = req.max_new_tokens
@@ -299,6 +309,8 @@ async def prepare(model: ServedModel, req: ChatCompletionRequest, ctx: RequestCo
         req, model.limits.n_vocab, max_new_tokens=requested or default_new_tokens(model, n_prompt),
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
     )
+    if top_k:
+        params = dataclasses.replace(params, top_k=top_k)
     runs = await start_runs(
         model, ctx, [prompt.token_ids], params, n=req.n, requested_new=requested, new_param=new_param,
         constraint=None if grammar is None else grammar.constraint, stream=req.stream,
@@ -335,7 +347,7 @@ async def render(
         ) from None
 
 
-def _check_constraint(plan: ChatPlan, i: int) -> None:
+def check_constraint(plan: ChatPlan, i: int) -> None:
     c = plan.runs.requests[i].constraint
     if isinstance(c, GrammarConstraint) and c.failed:
         raise ApiError("internal_error", "internal error; report the request id")
@@ -370,7 +382,7 @@ async def complete(model: ServedModel, plan: ChatPlan, ctx: RequestContext) -> C
     choices: list[ChatChoice] = []
     for i, r in enumerate(results):
         assert r.final is not None
-        _check_constraint(plan, i)
+        check_constraint(plan, i)
         message, finish = _message(plan, r.text, r.final.finish_reason)
         lps = (
             ChoiceLogprobs(content=chat_logprobs(model.runner, r.logprobs)) if plan.request.logprobs else None
@@ -491,7 +503,7 @@ async def stream(
             i, out = ev
             err = finish_error(out) if out.finished else None
             if out.finished and err is None:
-                _check_constraint(plan, i)
+                check_constraint(plan, i)
                 finals[i] = out
             lps = ChoiceLogprobs(content=chat_logprobs(model.runner, out.logprobs)) if req.logprobs else None
             if parsers:

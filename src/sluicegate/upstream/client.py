@@ -257,6 +257,7 @@ class AsyncUpstream:
         ttft = (first or now) - start
         return RequestOutput(
             req.request_id, [], "", finished=True, finish_reason=reason, prompt_tokens=prompt,
+            stop_string=end.stop_reason if reason is FinishReason.STOP and isinstance(end.stop_reason, str) else None,
             cached_tokens=cached, completion_tokens=completion, seed=req.params.seed,
             timing=Timing(queue_ms=0.0, prefill_ms=ttft * 1e3, decode_ms=(now - (first or now)) * 1e3,
                           total_ms=(now - start) * 1e3),

@@ -58,6 +58,8 @@ ROUTE_RULES: tuple[Rule, ...] = (
     Rule("/v1/generate", KeyScope.GENERATE, metered=True),
     Rule("/v1/chat/completions", KeyScope.GENERATE, metered=True),
     Rule("/v1/completions", KeyScope.GENERATE, metered=True),
+    Rule("/v1/messages/count_tokens", KeyScope.GENERATE),  # before its parent: it creates no work
+    Rule("/v1/messages", KeyScope.GENERATE, metered=True),
     Rule("/v1/predictions", KeyScope.GENERATE, metered=True),
     Rule("/tokenize", KeyScope.GENERATE),
     Rule("/detokenize", KeyScope.GENERATE),

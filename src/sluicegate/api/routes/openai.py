@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ValidationError
 
+from sluicegate.api.detached import Render
 from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
 from sluicegate.api.idempotency import Held, begin, idempotency_key
 from sluicegate.api.jsonbody import parse_json
@@ -21,7 +22,7 @@ from sluicegate.api.metering import from_runs
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_envelope, openai_error_response
 from sluicegate.api.routes.common import json_reply, refuse_query, require_json, work_doc
-from sluicegate.api.sse import sse_response
+from sluicegate.api.sse import OPENAI_FRAMING, Framing, sse_response
 from sluicegate.api.state import app_state
 from sluicegate.api.validation import openai_validation_error as validation_error
 from sluicegate.protocol import openai_chat, openai_completions
@@ -116,7 +117,7 @@ _STREAM_DOC = {
     responses=_errors(work=True),
 )
 async def chat_completions(request: Request) -> Response:
-    return await _serve(request, ChatCompletionRequest, openai_chat.chat_refusal, chat)
+    return await serve(request, ChatCompletionRequest, openai_chat.chat_refusal, chat)
 
 
 @router.post(
@@ -127,16 +128,21 @@ async def chat_completions(request: Request) -> Response:
     responses=_errors(work=True),
 )
 async def text_completions(request: Request) -> Response:
-    return await _serve(request, CompletionRequest, openai_completions.completion_refusal, completions)
+    return await serve(request, CompletionRequest, openai_completions.completion_refusal, completions)
 
 
-async def _serve(
+async def serve(
     request: Request,
     schema: type[M],
     refuse: Callable[[Mapping[str, Any]], Refusal | None],
     surface: ModuleType,  # serving.openai_chat or serving.openai_completions: prepare, stream, complete
+    *,
+    render: Render = openai_error_response,
+    render_event: Callable[[ApiError, str], dict[str, Any]] = openai_envelope,
+    framing: Framing = OPENAI_FRAMING,
 ) -> Response:
-    """Read, plan and start the runs, then stream them as SSE or answer once (chat and completions alike).
+    """Read, plan and start the runs, then stream them as SSE or answer once (chat and completions alike, and
+    the surfaces that adapt chat: Anthropic's Messages, with its own error rendering and stream framing).
     The runs end with the response whatever happens: `close` aborts what a gone client left running. With an
     Idempotency-Key the work runs to its end whatever the client does, and its answer is stored
     (api/idempotency.py)."""
@@ -156,13 +162,14 @@ async def _serve(
             plan = await surface.prepare(model, req, ctx)  # started: the runs are in the engine
         ctx.meter = lambda: from_runs(plan.runs)  # read when the response has ended: streams and disconnects too
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render(exc, ctx.request_id)
     if getattr(req, "stream", False):
         stream = surface.stream(model, plan, ctx)
         if held is not None:
-            return held.stream(stream, openai_envelope)
+            return held.stream(stream, render_event, framing)
         return sse_response(
-            stream, request_id=ctx.request_id, render_error=openai_envelope, on_close=plan.runs.close
+            stream, request_id=ctx.request_id, render_error=render_event, on_close=plan.runs.close,
+            framing=framing,
         )
 
     async def finish() -> Response:
@@ -172,13 +179,13 @@ async def _serve(
             plan.runs.close()
 
     if held is not None:
-        return await held.answer(request.receive, finish(), openai_error_response)
+        return await held.answer(request.receive, finish(), render)
     try:
         return await unless_disconnected(request.receive, finish())
     except ClientDisconnected:
         return Response(status_code=499)
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render(exc, ctx.request_id)
     finally:
         plan.runs.close()
 

@@ -1,0 +1,360 @@
+"""`POST /v1/messages` and `/v1/messages/count_tokens`: Anthropic's shapes, the subset this server implements
+(docs/anthropic.md). The request converts to a chat request (serving/anthropic_messages.py); the response and
+stream events are Anthropic's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from sluicegate.protocol.common import WHOLE_NUMBER_RULE, ResponseModel, StrictModel
+from sluicegate.protocol.openai_chat import FunctionName, JsonSchema
+from sluicegate.protocol.openai_common import Refusal, StopField, refusal
+
+# -- content blocks ----------------------------------------------------------------------------------------
+
+
+class CacheControl(StrictModel):
+    """Accepted and satisfied as it stands: the prefix cache keeps every prompt's prefix, marked or not."""
+
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] | None = None
+
+
+class TextBlockParam(StrictModel):
+    type: Literal["text"]
+    text: str
+    cache_control: CacheControl | None = None
+
+
+class ToolUseBlockParam(StrictModel):
+    type: Literal["tool_use"]
+    id: str = Field(min_length=1, max_length=256)
+    name: FunctionName
+    input: dict[str, Any]
+    cache_control: CacheControl | None = None
+
+
+class ToolResultBlockParam(StrictModel):
+    type: Literal["tool_result"]
+    tool_use_id: str = Field(min_length=1, max_length=256)
+    content: str | Annotated[list[TextBlockParam], Field(max_length=256)] | None = None
+    is_error: bool | None = Field(None, description="rendered as `Error: ` before the result's text")
+    cache_control: CacheControl | None = None
+
+
+ContentBlockParam = Annotated[
+    TextBlockParam | ToolUseBlockParam | ToolResultBlockParam, Field(discriminator="type")
+]
+MessageContent = str | Annotated[list[ContentBlockParam], Field(min_length=1, max_length=256)]
+
+
+class MessageParam(StrictModel):
+    role: Literal["user", "assistant"]
+    content: MessageContent
+
+
+# -- tools -------------------------------------------------------------------------------------------------
+
+
+class ToolParam(StrictModel):
+    name: FunctionName
+    description: str | None = Field(None, max_length=4096)
+    input_schema: JsonSchema
+    type: Literal["custom"] | None = None
+    strict: bool | None = Field(None, description="the input always follows `input_schema`, whatever this says")
+    cache_control: CacheControl | None = None
+
+
+_PARALLEL = "a forced call is always one call, whatever this says"
+
+
+class ToolChoiceAny(StrictModel):
+    type: Literal["any"]
+    disable_parallel_tool_use: bool | None = Field(None, description=_PARALLEL)
+
+
+class ToolChoiceTool(StrictModel):
+    type: Literal["tool"]
+    name: FunctionName
+    disable_parallel_tool_use: bool | None = Field(None, description=_PARALLEL)
+
+
+class ToolChoiceNone(StrictModel):
+    type: Literal["none"]
+
+
+# `auto` (the default with tools) is refused by name (messages_refusal says why), so the schema omits it.
+ToolChoice = Annotated[ToolChoiceAny | ToolChoiceTool | ToolChoiceNone, Field(discriminator="type")]
+
+
+class Metadata(StrictModel):
+    user_id: str | None = Field(None, max_length=256, description="recorded with the request in the log")
+
+
+# -- the requests ------------------------------------------------------------------------------------------
+
+MESSAGES_DESCRIPTION = (
+    "Anthropic's Messages API, the subset this server implements (docs/anthropic.md). Refused rules (400 "
+    "`invalid_request_error`; our kind in `error.code`): `tools` without `tool_choice` (Anthropic's default, "
+    "`auto`, is not supported); `tool_choice` without `tools`; a `tool_choice.name` not in `tools` "
+    "(`unknown_function`); two tools with one name (`duplicate_function`); `stop_sequences` with a forced "
+    "call; a last message from the assistant (prefill is not supported); an `input_schema` outside the subset "
+    "the server enforces (`unsupported_schema`); prompt plus `max_tokens` over the model's window "
+    f"(`context_length_exceeded`). {WHOLE_NUMBER_RULE}"
+)
+
+System = str | Annotated[list[TextBlockParam], Field(min_length=1, max_length=256)]
+Messages = Annotated[list[MessageParam], Field(min_length=1, max_length=1024)]
+Tools = Annotated[list[ToolParam], Field(min_length=1, max_length=64)]
+
+
+class CountTokensRequest(StrictModel):
+    model_config = ConfigDict(json_schema_extra={"description": "The prompt `POST /v1/messages` would run, "
+                                                 "counted. " + MESSAGES_DESCRIPTION})
+
+    model: str = Field(min_length=1, max_length=256, description="`name` or `name@version`")
+    messages: Messages
+    system: System | None = None
+    tools: Tools | None = None
+    tool_choice: ToolChoice | None = None
+    cache_control: CacheControl | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    model_config = ConfigDict(json_schema_extra={"description": MESSAGES_DESCRIPTION})
+
+    max_tokens: int = Field(ge=1, le=1 << 17, description="new tokens at most (required, as on Anthropic)")
+    stop_sequences: Annotated[list[StopField], Field(max_length=4)] | None = None
+    temperature: float = Field(1.0, ge=0.0, le=1.0, description="0 is greedy")
+    top_p: float = Field(1.0, ge=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, le=1 << 20, description="0 is off")
+    metadata: Metadata | None = None
+    stream: bool = False
+
+
+COUNT_FIELDS = tuple(CountTokensRequest.model_fields)
+MESSAGES_FIELDS = tuple(MessagesRequest.model_fields)
+
+UNSUPPORTED: Mapping[str, str] = {
+    "thinking": "not a reasoning model",
+    "output_config": "no structured output on this route; use a tool with tool_choice 'tool'",
+    "output_format": "no structured output on this route; use a tool with tool_choice 'tool'",
+    "container": "no code execution",
+    "mcp_servers": "no MCP connector",
+    "context_management": "no context management",
+    "service_tier": "one tier",
+    "inference_geo": "one place",
+    "speed": "one speed",
+    "diagnostics": "no diagnostics",
+    "user_profile_id": "no user profiles",
+    "workspace_id": "no workspaces",
+}
+_BLOCK_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "text": ("type", "text", "cache_control"),
+    "tool_use": ("type", "id", "name", "input", "cache_control"),
+    "tool_result": ("type", "tool_use_id", "content", "is_error", "cache_control"),
+}
+_BLOCK_UNSUPPORTED = {"citations": "no citations"}
+_TOOL_FIELDS = ("name", "description", "input_schema", "type", "strict", "cache_control")
+_TOOL_UNSUPPORTED = {
+    "input_examples": "not rendered",
+    "defer_loading": "no tool search",
+    "allowed_callers": "no programmatic tool calling",
+    "eager_input_streaming": "no fine-grained tool streaming",
+}
+_CHOICE_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "any": ("type", "disable_parallel_tool_use"),
+    "tool": ("type", "name", "disable_parallel_tool_use"),
+    "none": ("type",),
+}
+
+
+def _blocks_refusal(blocks: Any, where: str, kinds: tuple[str, ...]) -> Refusal | None:
+    """The first content block of a type this server does not take, or with a field it does not take."""
+    if not isinstance(blocks, list):
+        return None
+    for j, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            continue
+        here = f"{where}[{j}]"
+        kind = block.get("type")
+        if isinstance(kind, str) and kind not in kinds:
+            return Refusal(f"{here}.type", "unsupported_content",
+                           f"{here}.type is not supported here; supported block types: " + ", ".join(kinds))
+        if isinstance(kind, str):
+            r = refusal(block, here, _BLOCK_FIELDS[kind], _BLOCK_UNSUPPORTED)
+            if r is None and kind == "tool_result":
+                r = _blocks_refusal(block.get("content"), f"{here}.content", ("text",))
+            if r is not None:
+                return r
+    return None
+
+
+def _tools_refusal(body: Mapping[str, Any]) -> Refusal | None:
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                continue
+            kind = tool.get("type")
+            if isinstance(kind, str) and kind != "custom":
+                return Refusal(f"tools[{i}].type", "unsupported_tool",
+                               f"tools[{i}].type is not supported (no server tools); supported: custom")
+            r = refusal(tool, f"tools[{i}]", _TOOL_FIELDS, _TOOL_UNSUPPORTED)
+            if r is not None:
+                return r
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        kind = choice.get("type")
+        if kind == "auto":
+            return Refusal("tool_choice.type", "unsupported_tool_choice", AUTO_REFUSED)
+        if isinstance(kind, str) and kind in _CHOICE_FIELDS:
+            return refusal(choice, "tool_choice", _CHOICE_FIELDS[kind])
+    elif choice is None and tools:
+        return Refusal("tool_choice", "unsupported_tool_choice", AUTO_REFUSED)
+    return None
+
+
+AUTO_REFUSED = (
+    "tool_choice 'auto' (the default with tools) is not supported: this server cannot tell a tool call from "
+    "text without constraining the output; pass {'type': 'any'}, {'type': 'tool', 'name': ...} or "
+    "{'type': 'none'}"
+)
+
+
+def messages_refusal(body: Mapping[str, Any], fields: tuple[str, ...] = MESSAGES_FIELDS) -> Refusal | None:
+    """The first parameter of a raw Messages request this server will not take, named, with what it takes."""
+    r = refusal(body, "", fields, UNSUPPORTED)
+    if r is not None:
+        return r
+    r = _blocks_refusal(body.get("system"), "system", ("text",))
+    if r is not None:
+        return r
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for i, msg in enumerate(messages):
+            if isinstance(msg, dict):
+                r = refusal(msg, f"messages[{i}]", ("role", "content"))
+                if r is None:
+                    r = _blocks_refusal(msg.get("content"), f"messages[{i}].content", tuple(_BLOCK_FIELDS))
+                if r is not None:
+                    return r
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict):
+        r = refusal(metadata, "metadata", ("user_id",))
+        if r is not None:
+            return r
+    return _tools_refusal(body)
+
+
+def count_tokens_refusal(body: Mapping[str, Any]) -> Refusal | None:
+    return messages_refusal(body, COUNT_FIELDS)
+
+
+# -- the response ------------------------------------------------------------------------------------------
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
+
+
+class TextBlock(ResponseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseBlock(ResponseModel):
+    type: Literal["tool_use"]
+    id: str = Field(description="`toolu_` and 24 hex digits")
+    name: str
+    input: dict[str, Any]
+
+
+ContentBlock = Annotated[TextBlock | ToolUseBlock, Field(discriminator="type")]
+
+
+class MessageUsage(ResponseModel):
+    """Anthropic's names: `input_tokens` are the prompt tokens computed, `cache_read_input_tokens` those whose
+    KV came from the prefix cache (their sum is the whole prompt); counted from the token ids."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int = Field(description="always 0: caching costs nothing extra here")
+
+
+class Message(ResponseModel):
+    id: str = Field(description="`msg_` + the request id")
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str = Field(description="`name@version` of the model that answered")
+    content: list[ContentBlock]
+    stop_reason: StopReason | None = Field(description="null only in a stream's message_start")
+    stop_sequence: str | None = Field(description="the stop sequence that ended the message, if one did")
+    usage: MessageUsage
+
+
+class MessageTokensCount(ResponseModel):
+    input_tokens: int = Field(description="the prompt `POST /v1/messages` would run, in the model's tokens")
+
+
+# -- stream events (Anthropic's names; each event's SSE name is its `type`) -------------------------------
+
+
+class MessageStartEvent(ResponseModel):
+    type: Literal["message_start"]
+    message: Message
+
+
+class ContentBlockStartEvent(ResponseModel):
+    type: Literal["content_block_start"]
+    index: int
+    content_block: ContentBlock
+
+
+class TextDelta(ResponseModel):
+    type: Literal["text_delta"]
+    text: str
+
+
+class InputJsonDelta(ResponseModel):
+    type: Literal["input_json_delta"]
+    partial_json: str
+
+
+class ContentBlockDeltaEvent(ResponseModel):
+    type: Literal["content_block_delta"]
+    index: int
+    delta: Annotated[TextDelta | InputJsonDelta, Field(discriminator="type")]
+
+
+class ContentBlockStopEvent(ResponseModel):
+    type: Literal["content_block_stop"]
+    index: int
+
+
+class MessageDelta(ResponseModel):
+    stop_reason: StopReason
+    stop_sequence: str | None
+
+
+class DeltaUsage(ResponseModel):
+    """Cumulative: the final counts (message_start's `input_tokens` is the whole prompt, before the prefix
+    cache was consulted)."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+
+
+class MessageDeltaEvent(ResponseModel):
+    type: Literal["message_delta"]
+    delta: MessageDelta
+    usage: DeltaUsage
+
+
+StreamEvent = (
+    MessageStartEvent | ContentBlockStartEvent | ContentBlockDeltaEvent | ContentBlockStopEvent | MessageDeltaEvent
+)
