@@ -1,7 +1,8 @@
 """Errors on Anthropic's routes (`/v1/messages`, `/v1/messages/count_tokens`): Anthropic's shape and statuses.
 
 Body: `{"type": "error", "error": {"type", "message", "code", "param"}, "request_id"}`: Anthropic's fields, plus
-our specific kind (`code`) and the parameter at fault (`param`), which its clients pass through. Statuses, as
+our specific kind (`code`: our `type`, or for a generic invalid request its `code`, as on the OpenAI routes) and
+the parameter at fault (`param`), which its clients pass through. Statuses, as
 Anthropic documents them, so the official `anthropic` client raises its typed exceptions:
 
 | ours | status | Anthropic type |
@@ -54,7 +55,8 @@ def anthropic_view(status: int, kind: str) -> tuple[int, str]:
 def _shape(status: int, error: dict[str, Any], request_id: str) -> tuple[int, dict[str, Any]]:
     kind = str(error.get("type", ""))
     new_status, new_type = anthropic_view(status, kind)
-    code = error.get("code") or (kind if kind in STATUS else None)
+    # our kind: the specific rule for a generic invalid request, else our type (docs/errors.md lists both)
+    code = (error.get("code") or kind) if kind == "invalid_request" else (kind if kind in STATUS else error.get("code"))
     body = {"type": "error", "error": {"type": new_type, "message": error.get("message", ""), "code": code,
                                        "param": error.get("param")}, "request_id": request_id}
     return new_status, body
