@@ -2,7 +2,8 @@
 
 Two gradings, both always computed:
 - strict (our contract): the exact status; for an error, the envelope `{"error": {type, code, message, param,
-  request_id}}` with the expected `type` and `request_id` equal to the `X-Request-Id` header;
+  request_id}}` (on Anthropic's routes `{"type": "error", "error": {...}, "request_id"}`) with the expected
+  `type` and `request_id` equal to the `X-Request-Id` header;
 - loose (any server): the status class (2xx vs 4xx vs 5xx); for an error, a JSON object with an `error` that
   carries a message (OpenAI's and llama.cpp's shapes both pass).
 Whatever the grading: a 2xx for a probe that should be refused is *silently accepted*; a response containing
@@ -109,6 +110,8 @@ def _grade(result: Result, resp: httpx.Response, data: bytes) -> None:
     except ValueError:
         doc = None
     err = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(err, dict) and isinstance(doc, dict) and doc.get("type") == "error" and "request_id" not in err:
+        err = {**err, "request_id": doc.get("request_id")}  # Anthropic's shape: the id beside `error`
     if isinstance(err, dict):
         result.error_type = err.get("type") if isinstance(err.get("type"), str) else None
         result.loose_envelope = isinstance(err.get("message"), str) and bool(err["message"])

@@ -411,7 +411,7 @@ def http_probes(opts: ProbeOptions) -> list[Probe]:
 
 
 _PROVIDERS: dict[str, ProbeProvider] = {}
-EXTRA_MODULES = ("sluicegate.contract.probes_openai",)  # imported by all_probes() when present
+EXTRA_MODULES = ("sluicegate.contract.probes_openai", "sluicegate.contract.probes_anthropic")  # imported by all_probes() when present
 
 
 def register(surface: str, provider: ProbeProvider) -> ProbeProvider:
