@@ -411,7 +411,8 @@ def http_probes(opts: ProbeOptions) -> list[Probe]:
 
 
 _PROVIDERS: dict[str, ProbeProvider] = {}
-EXTRA_MODULES = ("sluicegate.contract.probes_openai", "sluicegate.contract.probes_anthropic")  # imported by all_probes() when present
+# imported by all_probes() when present
+EXTRA_MODULES = ("sluicegate.contract.probes_openai", "sluicegate.contract.probes_anthropic")
 
 
 def register(surface: str, provider: ProbeProvider) -> ProbeProvider:
