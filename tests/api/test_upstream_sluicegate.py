@@ -87,3 +87,20 @@ def test_a_stream_through_the_hop_ends_with_done(pair: tuple[RefServer, RefServe
         data = [line[5:].strip() for line in r.iter_lines() if line.startswith("data:")]
     assert data[-1] == "[DONE]"
     assert json.loads(data[-2])["usage"]["completion_tokens"] >= 1
+
+
+def test_messages_through_the_hop_are_the_same(pair: tuple[RefServer, RefServer]) -> None:
+    """Anthropic's Messages in front of an upstream engine: rendered here, generated there, shaped here."""
+    body: dict[str, Any] = {"model": "reference", "max_tokens": 10, "temperature": 0, "system": "Be brief.",
+                            "messages": [{"role": "user", "content": "Once upon a time"}]}
+    direct, front = both(pair, "/v1/messages", body)
+    assert front["content"] == direct["content"] and front["stop_reason"] == direct["stop_reason"]
+    assert front["usage"]["output_tokens"] == direct["usage"]["output_tokens"]
+    text = direct["content"][0]["text"]
+    if len(text) > 3:  # a stop sequence from the text: reported by name through the hop too
+        stop = text[2:4]
+        direct, front = both(pair, "/v1/messages", {**body, "stop_sequences": ["\u2603", stop]})
+        assert front["stop_reason"] == direct["stop_reason"] == "stop_sequence"
+        assert front["stop_sequence"] == direct["stop_sequence"] == stop
+    stream = httpx.post(pair[1].url + "/v1/messages", json={**body, "stream": True}, timeout=60)
+    assert stream.status_code == 200 and stream.text.endswith('event: message_stop\ndata: {"type": "message_stop"}\n\n')
