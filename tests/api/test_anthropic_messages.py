@@ -124,7 +124,11 @@ def test_tool_choice_tool_and_any(client: TestClient) -> None:
      "messages[0].content[0].citations", "unsupported_parameter"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
         {"type": "image", "source": {}}]}]}]}, "messages[0].content[0].content[0].type", "unsupported_content"),
-    ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role", None),
+    ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role", "unsupported_role"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
+     "messages[0].content[0].type", "unsupported_content"),
+    ({"messages": [*HI, {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}, *HI]},
+     "messages[1].content[0].type", "unsupported_content"),
     ({"messages": [*HI, {"role": "assistant", "content": "Sure"}]}, "messages", "unsupported_value"),
     ({"system": [{"type": "image"}]}, "system[0].type", "unsupported_content"),
     ({"metadata": {"user_id": "u", "tier": 1}}, "metadata.tier", "unknown_field"),

@@ -9,8 +9,17 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict, JsonValue
 
-from sluicegate.protocol.common import WHOLE_NUMBER_RULE, ResponseModel, StrictModel
+from sluicegate.protocol.common import (
+    NOT_NULL,
+    NULL_OR_EMPTY,
+    WHOLE_NUMBER_RULE,
+    ResponseModel,
+    StrictModel,
+    present,
+    when,
+)
 from sluicegate.protocol.openai_chat import FunctionName, JsonSchema
 from sluicegate.protocol.openai_common import Refusal, StopField, refusal
 
@@ -46,15 +55,21 @@ class ToolResultBlockParam(StrictModel):
     cache_control: CacheControl | None = None
 
 
-ContentBlockParam = Annotated[
-    TextBlockParam | ToolUseBlockParam | ToolResultBlockParam, Field(discriminator="type")
-]
-MessageContent = str | Annotated[list[ContentBlockParam], Field(min_length=1, max_length=256)]
+UserBlock = Annotated[TextBlockParam | ToolResultBlockParam, Field(discriminator="type")]
+AssistantBlock = Annotated[TextBlockParam | ToolUseBlockParam, Field(discriminator="type")]
 
 
-class MessageParam(StrictModel):
-    role: Literal["user", "assistant"]
-    content: MessageContent
+class UserMessageParam(StrictModel):
+    role: Literal["user"]
+    content: str | Annotated[list[UserBlock], Field(min_length=1, max_length=256)]
+
+
+class AssistantMessageParam(StrictModel):
+    role: Literal["assistant"]
+    content: str | Annotated[list[AssistantBlock], Field(min_length=1, max_length=256)]
+
+
+MessageParam = Annotated[UserMessageParam | AssistantMessageParam, Field(discriminator="role")]
 
 
 # -- tools -------------------------------------------------------------------------------------------------
@@ -97,13 +112,24 @@ class Metadata(StrictModel):
 
 # -- the requests ------------------------------------------------------------------------------------------
 
+_FORCED: JsonDict = {"properties": {"type": {"enum": ["any", "tool"]}}}
+# Rules the server enforces (serving/anthropic_messages.py), stated where JSON Schema can state them.
+COUNT_RULES: list[JsonValue] = [
+    when(present("tools", {"type": "array"}), present("tool_choice", NOT_NULL)),
+    when(present("tool_choice", NOT_NULL), present("tools", {"type": "array"})),
+]
+MESSAGES_RULES: list[JsonValue] = [
+    *COUNT_RULES,
+    when(present("tool_choice", _FORCED), {"properties": {"stop_sequences": NULL_OR_EMPTY}}),
+]
 MESSAGES_DESCRIPTION = (
-    "Anthropic's Messages API, the subset this server implements (docs/anthropic.md). Refused rules (400 "
-    "`invalid_request_error`; our kind in `error.code`): `tools` without `tool_choice` (Anthropic's default, "
-    "`auto`, is not supported); `tool_choice` without `tools`; a `tool_choice.name` not in `tools` "
-    "(`unknown_function`); two tools with one name (`duplicate_function`); `stop_sequences` with a forced "
-    "call; a last message from the assistant (prefill is not supported); an `input_schema` outside the subset "
-    "the server enforces (`unsupported_schema`); prompt plus `max_tokens` over the model's window "
+    "Anthropic's Messages API, the subset this server implements (docs/anthropic.md). Refused combinations "
+    "this schema states (`allOf`): `tools` without `tool_choice` (Anthropic's default, `auto`, is not "
+    "supported) and `tool_choice` without `tools`; `stop_sequences` with a forced call (`any`, `tool`). Refused "
+    "rules it cannot state (400 `invalid_request_error`, our kind in `error.code`): a `tool_choice.name` not in "
+    "`tools` (`unknown_function`); two tools with one name (`duplicate_function`); a last message from the "
+    "assistant, as prefill is not supported (`unsupported_value`); an `input_schema` outside the subset the "
+    "server enforces (`unsupported_schema`); prompt plus `max_tokens` over the model's window "
     f"(`context_length_exceeded`). {WHOLE_NUMBER_RULE}"
 )
 
@@ -114,7 +140,7 @@ Tools = Annotated[list[ToolParam], Field(min_length=1, max_length=64)]
 
 class CountTokensRequest(StrictModel):
     model_config = ConfigDict(json_schema_extra={"description": "The prompt `POST /v1/messages` would run, "
-                                                 "counted. " + MESSAGES_DESCRIPTION})
+                                                 "counted. " + MESSAGES_DESCRIPTION, "allOf": COUNT_RULES})
 
     model: str = Field(min_length=1, max_length=256, description="`name` or `name@version`")
     messages: Messages
@@ -125,7 +151,7 @@ class CountTokensRequest(StrictModel):
 
 
 class MessagesRequest(CountTokensRequest):
-    model_config = ConfigDict(json_schema_extra={"description": MESSAGES_DESCRIPTION})
+    model_config = ConfigDict(json_schema_extra={"description": MESSAGES_DESCRIPTION, "allOf": MESSAGES_RULES})
 
     max_tokens: int = Field(ge=1, le=1 << 17, description="new tokens at most (required, as on Anthropic)")
     stop_sequences: Annotated[list[StopField], Field(max_length=4)] | None = None
@@ -159,6 +185,7 @@ _BLOCK_FIELDS: Mapping[str, tuple[str, ...]] = {
     "tool_result": ("type", "tool_use_id", "content", "is_error", "cache_control"),
 }
 _BLOCK_UNSUPPORTED = {"citations": "no citations"}
+_ROLE_BLOCKS: Mapping[str, tuple[str, ...]] = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use")}
 _TOOL_FIELDS = ("name", "description", "input_schema", "type", "strict", "cache_control")
 _TOOL_UNSUPPORTED = {
     "input_examples": "not rendered",
@@ -238,9 +265,14 @@ def messages_refusal(body: Mapping[str, Any], fields: tuple[str, ...] = MESSAGES
     if isinstance(messages, list):
         for i, msg in enumerate(messages):
             if isinstance(msg, dict):
+                role = msg.get("role")
+                if isinstance(role, str) and role not in _ROLE_BLOCKS:
+                    return Refusal(f"messages[{i}].role", "unsupported_role", f"messages[{i}].role is not supported; "
+                                   "supported roles: user, assistant (the system prompt is the field `system`)")
                 r = refusal(msg, f"messages[{i}]", ("role", "content"))
-                if r is None:
-                    r = _blocks_refusal(msg.get("content"), f"messages[{i}].content", tuple(_BLOCK_FIELDS))
+                kinds = _ROLE_BLOCKS.get(role) if isinstance(role, str) else None
+                if r is None and kinds is not None:
+                    r = _blocks_refusal(msg.get("content"), f"messages[{i}].content", kinds)
                 if r is not None:
                     return r
     metadata = body.get("metadata")

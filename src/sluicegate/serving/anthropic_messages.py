@@ -21,6 +21,7 @@ from typing import Any
 from sluicegate.engine import FinishReason
 from sluicegate.engine.types import RequestOutput
 from sluicegate.protocol.anthropic_messages import (
+    AssistantMessageParam,
     ContentBlock,
     ContentBlockDeltaEvent,
     ContentBlockStartEvent,
@@ -31,7 +32,6 @@ from sluicegate.protocol.anthropic_messages import (
     Message,
     MessageDelta,
     MessageDeltaEvent,
-    MessageParam,
     MessagesRequest,
     MessageStartEvent,
     MessageTokensCount,
@@ -46,6 +46,7 @@ from sluicegate.protocol.anthropic_messages import (
     ToolResultBlockParam,
     ToolUseBlock,
     ToolUseBlockParam,
+    UserMessageParam,
 )
 from sluicegate.protocol.openai_chat import (
     AssistantMessage,
@@ -108,7 +109,7 @@ def _check(req: CountTokensRequest) -> None:
                    "assistant message is not supported", code="unsupported_value")
 
 
-def _user(msg: MessageParam) -> list[ChatMessage]:
+def _user(msg: UserMessageParam) -> list[ChatMessage]:
     if isinstance(msg.content, str):
         return [UserMessage(role="user", content=msg.content)]
     out: list[ChatMessage] = []
@@ -119,16 +120,14 @@ def _user(msg: MessageParam) -> list[ChatMessage]:
             if block.is_error:
                 content = f"Error: {content}"
             out.append(ToolMessage(role="tool", content=content, tool_call_id=block.tool_use_id))
-        elif isinstance(block, TextBlockParam):
-            texts.append(TextPart(type="text", text=block.text))
         else:
-            raise _bad("messages", "a tool_use block belongs in an assistant message", code="unsupported_value")
+            texts.append(TextPart(type="text", text=block.text))
     if texts:
         out.append(UserMessage(role="user", content=texts))
     return out
 
 
-def _assistant(msg: MessageParam) -> AssistantMessage:
+def _assistant(msg: AssistantMessageParam) -> AssistantMessage:
     if isinstance(msg.content, str):
         return AssistantMessage(role="assistant", content=msg.content)
     texts = [TextPart(type="text", text=b.text) for b in msg.content if isinstance(b, TextBlockParam)]
@@ -137,8 +136,6 @@ def _assistant(msg: MessageParam) -> AssistantMessage:
             name=b.name, arguments=json.dumps(b.input, ensure_ascii=False, separators=(", ", ": "))))
         for b in msg.content if isinstance(b, ToolUseBlockParam)
     ]
-    if any(isinstance(b, ToolResultBlockParam) for b in msg.content):
-        raise _bad("messages", "a tool_result block belongs in a user message", code="unsupported_value")
     return AssistantMessage(role="assistant", content=texts or None, tool_calls=calls or None)
 
 
@@ -150,7 +147,7 @@ def to_chat(req: CountTokensRequest) -> ChatCompletionRequest:
         system = req.system if isinstance(req.system, str) else _text(req.system)
         messages.append(SystemMessage(role="system", content=system))
     for msg in req.messages:
-        if msg.role == "user":
+        if isinstance(msg, UserMessageParam):
             messages.extend(_user(msg))
         else:
             messages.append(_assistant(msg))

@@ -63,6 +63,7 @@ def _errors(*, work: bool) -> dict[int | str, dict[str, Any]]:
             (400, "invalid_request_error (our kind in `error.code`, the parameter in `error.param`)"),
             (404, "not_found_error: no such model"),
             (413, "request_too_large"),
+            (415, "invalid_request_error: the body must be application/json"),
             (500, "api_error"),
             (503, "overloaded_error: not ready, shutting down, a store unavailable"),
         )
