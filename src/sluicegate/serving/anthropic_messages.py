@@ -21,7 +21,6 @@ from typing import Any
 from sluicegate.engine import FinishReason
 from sluicegate.engine.types import RequestOutput
 from sluicegate.protocol.anthropic_messages import (
-    AssistantMessageParam,
     ContentBlock,
     ContentBlockDeltaEvent,
     ContentBlockStartEvent,
@@ -32,6 +31,7 @@ from sluicegate.protocol.anthropic_messages import (
     Message,
     MessageDelta,
     MessageDeltaEvent,
+    MessageParam,
     MessagesRequest,
     MessageStartEvent,
     MessageTokensCount,
@@ -46,7 +46,6 @@ from sluicegate.protocol.anthropic_messages import (
     ToolResultBlockParam,
     ToolUseBlock,
     ToolUseBlockParam,
-    UserMessageParam,
 )
 from sluicegate.protocol.openai_chat import (
     AssistantMessage,
@@ -86,6 +85,10 @@ def _bad(param: str, message: str, code: str = "invalid_combination") -> ApiErro
     return ApiError("invalid_request", message, param=param, code=code)
 
 
+def _misplaced(i: int, j: int, why: str) -> ApiError:
+    return _bad(f"messages[{i}].content[{j}].type", f"messages[{i}].content[{j}]: {why}", code="misplaced_block")
+
+
 def _text(blocks: list[TextBlockParam]) -> str:
     return "".join(b.text for b in blocks)
 
@@ -109,17 +112,19 @@ def _check(req: CountTokensRequest) -> None:
                    "assistant message is not supported", code="unsupported_value")
 
 
-def _user(msg: UserMessageParam) -> list[ChatMessage]:
+def _user(msg: MessageParam, i: int) -> list[ChatMessage]:
     if isinstance(msg.content, str):
         return [UserMessage(role="user", content=msg.content)]
     out: list[ChatMessage] = []
     texts: list[TextPart] = []
-    for block in msg.content:
+    for j, block in enumerate(msg.content):
         if isinstance(block, ToolResultBlockParam):
             content = block.content if isinstance(block.content, str) else _text(block.content or [])
             if block.is_error:
                 content = f"Error: {content}"
             out.append(ToolMessage(role="tool", content=content, tool_call_id=block.tool_use_id))
+        elif isinstance(block, ToolUseBlockParam):
+            raise _misplaced(i, j, "a tool_use block belongs in an assistant message")
         else:
             texts.append(TextPart(type="text", text=block.text))
     if texts:
@@ -127,9 +132,12 @@ def _user(msg: UserMessageParam) -> list[ChatMessage]:
     return out
 
 
-def _assistant(msg: AssistantMessageParam) -> AssistantMessage:
+def _assistant(msg: MessageParam, i: int) -> AssistantMessage:
     if isinstance(msg.content, str):
         return AssistantMessage(role="assistant", content=msg.content)
+    for j, b in enumerate(msg.content):
+        if isinstance(b, ToolResultBlockParam):
+            raise _misplaced(i, j, "a tool_result block belongs in a user message")
     texts = [TextPart(type="text", text=b.text) for b in msg.content if isinstance(b, TextBlockParam)]
     calls = [
         ToolCall(id=b.id, type="function", function=ToolCallFunction(
@@ -146,11 +154,11 @@ def to_chat(req: CountTokensRequest) -> ChatCompletionRequest:
     if req.system is not None:
         system = req.system if isinstance(req.system, str) else _text(req.system)
         messages.append(SystemMessage(role="system", content=system))
-    for msg in req.messages:
-        if isinstance(msg, UserMessageParam):
-            messages.extend(_user(msg))
+    for i, msg in enumerate(req.messages):
+        if msg.role == "user":
+            messages.extend(_user(msg, i))
         else:
-            messages.append(_assistant(msg))
+            messages.append(_assistant(msg, i))
     fields: dict[str, Any] = {"model": req.model, "messages": messages}
     if req.tools:
         fields["tools"] = [
@@ -189,16 +197,18 @@ def _renamed(exc: ApiError) -> ApiError:
 
 async def count_tokens(model: ServedModel, req: CountTokensRequest) -> MessageTokensCount:
     model.resolve(req.model)
+    chat_req = to_chat(req)  # its refusals are in this surface's names already
     try:
-        prompt = await chat.prompt_of(model, to_chat(req))
+        prompt = await chat.prompt_of(model, chat_req)
     except ApiError as exc:
         raise _renamed(exc) from None
     return MessageTokensCount(input_tokens=len(prompt.token_ids))
 
 
 async def prepare(model: ServedModel, req: MessagesRequest, ctx: RequestContext) -> MessagesPlan:
+    chat_req = to_chat(req)  # its refusals are in this surface's names already
     try:
-        plan = await chat.prepare(model, to_chat(req), ctx, top_k=req.top_k)
+        plan = await chat.prepare(model, chat_req, ctx, top_k=req.top_k)
     except ApiError as exc:
         raise _renamed(exc) from None
     return MessagesPlan(req, plan)
