@@ -6,9 +6,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import jsonschema
 import pytest
 
+from sluicegate.contract.probe_runner import run_probes, totals
+from sluicegate.contract.probes import ProbeOptions, all_probes
 from tests.e2e.conftest import Server
 
 MODEL = "smollm2-135m-instruct"
@@ -162,3 +165,15 @@ def test_errors_are_typed(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as window:
         client.messages.create(model=MODEL, max_tokens=1 << 17, messages=user("Hi"))
     assert isinstance(window.value.body, dict) and window.value.body["error"]["param"] == "max_tokens"
+
+
+def test_messages_probes_against_the_real_model(server: Server) -> None:
+    """`sluicegate probe --surface messages` as a test: 0 failed, 0 silently accepted, 0 5xx."""
+    probes = all_probes(ProbeOptions(model=MODEL), only=["messages"])
+    with httpx.Client(base_url=server.url) as http:
+        results = run_probes(http, probes, timeout=120)
+    t = totals(results)
+    assert [r.probe.name for r in results if r.server_error] == []
+    assert [r.probe.name for r in results if r.silently_accepted] == []
+    assert [(r.probe.name, r.status, r.error_type) for r in results if not r.passed(True)] == []
+    assert t.passed_strict == t.probes >= 80
