@@ -189,6 +189,26 @@ def test_a_stream_cut_mid_generation_ends_with_the_error_event_then_done() -> No
         assert eng.stats.requests_expired_running == 1 and eng.stats.expired_tokens > 0
 
 
+def test_a_messages_stream_cut_mid_generation_ends_with_anthropics_error_event_then_message_stop() -> None:
+    with served() as (s, runner, eng), httpx.Client(base_url=s.url, timeout=120) as http:
+        seen = record_submits(eng)
+        runner.hold_after = runner.calls + 4
+        releaser = release_after_deadline(runner, seen)
+        body = {"model": "reference", "max_tokens": 1500, "stream": True, "temperature": 0,
+                "messages": [{"role": "user", "content": "Hi"}]}
+        with http.stream("POST", "/v1/messages", json=body, headers={"X-Request-Timeout": "3"}) as r:
+            assert r.status_code == 200
+            evts = events(r.iter_lines())
+        releaser.join()
+        assert evts[-2:] == ["event: message_stop", 'data: {"type": "message_stop"}']
+        cut = evts.index("event: error")
+        assert evts[:cut:2][:2] == ["event: message_start", "event: content_block_start"]
+        assert "event: message_delta" not in evts  # never a stop reason for a message that did not end
+        body_ = json.loads(evts[cut + 1][len("data: "):])
+        assert body_["type"] == "error" and body_["request_id"] == r.headers["request-id"]
+        assert body_["error"]["type"] == "timeout_error" and body_["error"]["code"] == "deadline_exceeded"
+
+
 def hold_outputs_until_the_end(eng: Engine) -> list[EngineRequest]:
     """Every run's outputs reach the serving layer at once, when it finishes: the event loop sees them as one
     merged delta (text and the end together), as it does when it falls behind the engine."""
