@@ -66,7 +66,7 @@ from sluicegate.protocol.openai_chat import (
 )
 from sluicegate.serving import openai_chat as chat
 from sluicegate.serving.context import RequestContext
-from sluicegate.serving.core import HEARTBEAT_S, collect_finished, finish_error
+from sluicegate.serving.core import HEARTBEAT_S, Runs, collect_finished, finish_error
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 
@@ -77,7 +77,7 @@ class MessagesPlan:
     chat: chat.ChatPlan
 
     @property
-    def runs(self) -> Any:  # the chat plan's runs (the route meters and closes them)
+    def runs(self) -> Runs:  # the chat plan's runs (the route meters and closes them)
         return self.chat.runs
 
 
