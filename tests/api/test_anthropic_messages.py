@@ -83,8 +83,7 @@ def test_the_stream_is_anthropics_events(client: TestClient) -> None:
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert set(names[2:-3]) == {"content_block_delta"} and "[DONE]" not in r.text
     start = evs[0][1]["message"]
-    assert start["stop_reason"] is None and start["content"] == [] and start["id"] == whole["id"].replace(
-        whole["id"][4:], r.headers["request-id"])
+    assert start["stop_reason"] is None and start["content"] == [] and start["id"] == "msg_" + r.headers["request-id"]
     text = "".join(d["delta"]["text"] for n, d in evs if n == "content_block_delta")
     assert text == whole["content"][0]["text"]
     delta = evs[-2][1]

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from sluicegate.api import sse
+from sluicegate.api.anthropic_errors import anthropic_envelope
 from sluicegate.api.openai_errors import openai_envelope
 from sluicegate.protocol.common import ResponseModel
 from sluicegate.serving.errors import ApiError
@@ -69,6 +70,35 @@ def test_error_event_mid_stream(exc: Exception, etype: str) -> None:
     err = json.loads(data[len("data: ") :])["error"]
     assert err["type"] == etype and err["request_id"] == "req_x"
     assert "secret" not in out[1].decode()
+
+
+class Event(ResponseModel):
+    type: str
+    n: int | None = None
+
+
+def test_anthropic_framing_names_events_pings_and_ends_with_message_stop() -> None:
+    """Anthropic's framing: each event named after its type and serialised whole (defaults too), a heartbeat
+    is a `ping` event, an error is Anthropic's error body, and `message_stop` is always last."""
+
+    async def items() -> AsyncIterator[Event | None]:
+        yield Event(type="message_start")
+        yield None
+        raise ApiError("overloaded", "queue full", retry_after=1)
+
+    out = asyncio.run(_anthropic(items()))
+    assert out[:2] == [b'event: message_start\ndata: {"type":"message_start","n":null}\n\n',
+                       b'event: ping\ndata: {"type": "ping"}\n\n']
+    assert out[-1] == b'event: message_stop\ndata: {"type": "message_stop"}\n\n' and len(out) == 4
+    head, data = out[2].decode().rstrip("\n").split("\n")
+    body = json.loads(data[len("data: "):])
+    assert head == "event: error" and body["type"] == "error" and body["request_id"] == "req_x"
+    assert body["error"]["type"] == "overloaded_error" and body["error"]["code"] == "overloaded"
+
+
+async def _anthropic(items: AsyncIterator[Event | None]) -> list[bytes]:
+    return [b async for b in sse.sse_stream(items, request_id="req_x", render_error=anthropic_envelope,
+                                            framing=sse.ANTHROPIC_FRAMING)]
 
 
 def test_cancel_while_waiting_closes_the_producer() -> None:
