@@ -151,6 +151,24 @@ def test_tool_result_conversation(client: anthropic.Anthropic) -> None:
     assert msg.content[0].type == "text" and msg.stop_reason in ("end_turn", "max_tokens")
 
 
+def test_tools_without_tool_choice_are_auto(client: anthropic.Anthropic) -> None:
+    """Anthropic's default: the model answers or calls; a call is always valid, streamed or not alike."""
+    for question in ("What's the weather in Paris? Use the tool.", "Say hello to me."):
+        kw: dict[str, Any] = {"model": MODEL, "max_tokens": 60, "messages": user(question), "tools": [WEATHER],
+                              "extra_body": {"temperature": 0}}
+        whole = client.messages.create(**kw)
+        with client.messages.stream(**kw) as stream:
+            final = stream.get_final_message()
+        for msg in (whole, final):
+            calls = [b for b in msg.content if b.type == "tool_use"]
+            for b in calls:
+                assert b.name == "get_weather"
+                jsonschema.validate(b.input, WEATHER["input_schema"])
+            assert msg.stop_reason in (("tool_use",) if calls else ("end_turn", "max_tokens"))
+        assert [(b.type, getattr(b, "input", None)) for b in final.content] == [
+            (b.type, getattr(b, "input", None)) for b in whole.content]
+
+
 def test_errors_are_typed(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.NotFoundError) as nf:
         client.messages.create(model="no-such-model", max_tokens=4, messages=user("Hi"))
@@ -159,9 +177,9 @@ def test_errors_are_typed(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as bad:
         client.messages.create(model=MODEL, max_tokens=4, messages=user("Hi"), thinking={"type": "disabled"})
     assert isinstance(bad.value.body, dict) and bad.value.body["error"]["param"] == "thinking"
-    with pytest.raises(anthropic.BadRequestError) as auto:
-        client.messages.create(model=MODEL, max_tokens=4, messages=user("Hi"), tools=[WEATHER])
-    assert isinstance(auto.value.body, dict) and auto.value.body["error"]["param"] == "tool_choice"
+    with pytest.raises(anthropic.BadRequestError) as stop:
+        client.messages.create(model=MODEL, max_tokens=4, messages=user("Hi"), tools=[WEATHER], stop_sequences=["}"])
+    assert isinstance(stop.value.body, dict) and stop.value.body["error"]["param"] == "stop_sequences"
     with pytest.raises(anthropic.BadRequestError) as window:
         client.messages.create(model=MODEL, max_tokens=1 << 17, messages=user("Hi"))
     assert isinstance(window.value.body, dict) and window.value.body["error"]["param"] == "max_tokens"

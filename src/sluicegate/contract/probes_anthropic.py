@@ -84,8 +84,10 @@ def messages_probes(opts: ProbeOptions) -> list[Probe]:
         probe("metadata", t.encode(metadata={"user_id": "u-1"}), False, "user_id is logged"),
         probe("metadata_unknown", t.encode(metadata={"user_id": "u", "tier": "x"}), True, "user_id only"),
         probe("stream", t.encode(stream=True), False, "a streamed answer"),
-        probe("tools_auto", t.encode(tools=[_TOOL]), True, "tool_choice auto (the default) is refused"),
-        probe("tool_choice_auto", t.encode(tools=[_TOOL], tool_choice={"type": "auto"}), True, "auto is refused"),
+        probe("tools_auto", t.encode(tools=[_TOOL], max_tokens=4), False, "tool_choice auto, the default"),
+        probe("tool_choice_auto", t.encode(tools=[_TOOL], tool_choice={"type": "auto", "disable_parallel_tool_use":
+                                                                        True}, max_tokens=4), False, "auto, one call"),
+        probe("tools_auto_stop", t.encode(tools=[_TOOL], stop_sequences=["}"]), True, "stop could cut a call"),
         probe("tool_choice_any", t.encode(tools=[_TOOL], tool_choice={"type": "any"}, max_tokens=4), False,
               "a forced call"),
         probe("tool_choice_tool", t.encode(tools=[_TOOL], tool_choice={"type": "tool", "name": "get_weather"},

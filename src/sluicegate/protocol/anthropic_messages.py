@@ -84,6 +84,12 @@ class ToolParam(StrictModel):
 _PARALLEL = "a forced call is always one call, whatever this says"
 
 
+class ToolChoiceAuto(StrictModel):
+    type: Literal["auto"]
+    disable_parallel_tool_use: bool | None = Field(None, description="true: at most one call (default: several "
+                                                   "may follow one another)")
+
+
 class ToolChoiceAny(StrictModel):
     type: Literal["any"]
     disable_parallel_tool_use: bool | None = Field(None, description=_PARALLEL)
@@ -99,8 +105,7 @@ class ToolChoiceNone(StrictModel):
     type: Literal["none"]
 
 
-# `auto` (the default with tools) is refused by name (messages_refusal says why), so the schema omits it.
-ToolChoice = Annotated[ToolChoiceAny | ToolChoiceTool | ToolChoiceNone, Field(discriminator="type")]
+ToolChoice = Annotated[ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone, Field(discriminator="type")]
 
 
 class Metadata(StrictModel):
@@ -109,20 +114,21 @@ class Metadata(StrictModel):
 
 # -- the requests ------------------------------------------------------------------------------------------
 
-_FORCED: JsonDict = {"properties": {"type": {"enum": ["any", "tool"]}}}
+# Tools with any choice but none (including none given: `auto`) make the output tool calls.
+_TOOL_CALLS: JsonDict = {"allOf": [present("tools", {"type": "array"}), {"not": present(
+    "tool_choice", {"properties": {"type": {"const": "none"}}, "required": ["type"]})}]}
 # Rules the server enforces (serving/anthropic_messages.py), stated where JSON Schema can state them.
 COUNT_RULES: list[JsonValue] = [
-    when(present("tools", {"type": "array"}), present("tool_choice", NOT_NULL)),
     when(present("tool_choice", NOT_NULL), present("tools", {"type": "array"})),
 ]
 MESSAGES_RULES: list[JsonValue] = [
     *COUNT_RULES,
-    when(present("tool_choice", _FORCED), {"properties": {"stop_sequences": NULL_OR_EMPTY}}),
+    when(_TOOL_CALLS, {"properties": {"stop_sequences": NULL_OR_EMPTY}}),
 ]
 MESSAGES_DESCRIPTION = (
     "Anthropic's Messages API, the subset this server implements (docs/anthropic.md). Refused combinations "
-    "this schema states (`allOf`): `tools` without `tool_choice` (Anthropic's default, `auto`, is not "
-    "supported) and `tool_choice` without `tools`; `stop_sequences` with a forced call (`any`, `tool`). Refused "
+    "this schema states (`allOf`): `tool_choice` without `tools`; `stop_sequences` with tools whose choice is "
+    "not `none` (`auto`, the default, `any`, `tool`: a stop sequence could cut a call). Refused "
     "rules it does not state (400 `invalid_request_error`, our kind in `error.code`): a `tool_use` block in a user "
     "message or a `tool_result` block in an assistant message (`misplaced_block`); a `tool_choice.name` not in "
     "`tools` (`unknown_function`); two tools with one name (`duplicate_function`); a last message from the "
@@ -192,6 +198,7 @@ _TOOL_UNSUPPORTED = {
     "eager_input_streaming": "no fine-grained tool streaming",
 }
 _CHOICE_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "auto": ("type", "disable_parallel_tool_use"),
     "any": ("type", "disable_parallel_tool_use"),
     "tool": ("type", "name", "disable_parallel_tool_use"),
     "none": ("type",),
@@ -235,20 +242,9 @@ def _tools_refusal(body: Mapping[str, Any]) -> Refusal | None:
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
         kind = choice.get("type")
-        if kind == "auto":
-            return Refusal("tool_choice.type", "unsupported_tool_choice", AUTO_REFUSED)
         if isinstance(kind, str) and kind in _CHOICE_FIELDS:
             return refusal(choice, "tool_choice", _CHOICE_FIELDS[kind])
-    elif choice is None and tools:
-        return Refusal("tool_choice", "unsupported_tool_choice", AUTO_REFUSED)
     return None
-
-
-AUTO_REFUSED = (
-    "tool_choice 'auto' (the default with tools) is not supported: this server cannot tell a tool call from "
-    "text without constraining the output; pass {'type': 'any'}, {'type': 'tool', 'name': ...} or "
-    "{'type': 'none'}"
-)
 
 
 def messages_refusal(body: Mapping[str, Any], fields: tuple[str, ...] = MESSAGES_FIELDS) -> Refusal | None:

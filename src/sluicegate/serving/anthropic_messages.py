@@ -2,18 +2,16 @@
 
 A Messages request becomes the chat request it means (system -> a system message; text blocks -> content;
 `tool_use` blocks -> the assistant's tool calls; `tool_result` blocks -> tool messages; `tools[].input_schema`
--> function parameters; `tool_choice` `tool` -> a named function, `any` -> `required`, `none` -> `none`), and
-chat renders, budgets, constrains and starts it. Only the answer's shape is this module's: content blocks,
-`stop_reason`, usage in Anthropic's names, and the stream's typed events.
-
-`tool_choice: auto` (Anthropic's default when `tools` are given) is refused by name, as on chat: without a
-constraint this server could only guess whether free text is a call (docs/anthropic.md says what it waits on).
+-> function parameters; `tool_choice` `auto` (the default with tools) -> `auto`, `tool` -> a named function,
+`any` -> `required`, `none` -> `none`; `disable_parallel_tool_use` -> `parallel_tool_calls: false`), and chat
+renders, budgets, constrains and starts it. Only the answer's shape is this module's: content blocks (the output
+read by the one tool-call parser, serving/tool_calls.py), `stop_reason`, usage in Anthropic's names, and the
+stream's typed events.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +40,8 @@ from sluicegate.protocol.anthropic_messages import (
     TextBlockParam,
     TextDelta,
     ToolChoiceAny,
+    ToolChoiceAuto,
+    ToolChoiceNone,
     ToolChoiceTool,
     ToolResultBlockParam,
     ToolUseBlock,
@@ -69,6 +69,7 @@ from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import HEARTBEAT_S, Runs, collect_finished, finish_error
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
+from sluicegate.serving.tool_calls import ArgsPiece, CallStart, Event, TextPiece, ToolCallParser, parse
 
 
 @dataclass(slots=True)
@@ -103,10 +104,10 @@ def _check(req: CountTokensRequest) -> None:
         raise _bad("tools", "two tools have the same name", code="duplicate_function")
     if isinstance(choice, ToolChoiceTool) and choice.name not in names:
         raise _bad("tool_choice.name", "tool_choice names a tool that is not in tools", code="unknown_function")
-    forced = isinstance(choice, ToolChoiceAny | ToolChoiceTool)
-    if forced and isinstance(req, MessagesRequest) and req.stop_sequences:
-        raise _bad("stop_sequences", "stop_sequences cannot be combined with a forced tool call: it could cut "
-                   "the call's JSON")
+    calls = bool(req.tools) and not isinstance(choice, ToolChoiceNone)
+    if calls and isinstance(req, MessagesRequest) and req.stop_sequences:
+        raise _bad("stop_sequences", "stop_sequences cannot be combined with tools whose tool_choice is not "
+                   "none: a stop sequence could cut a call's JSON")
     if req.messages[-1].role == "assistant":
         raise _bad("messages", "the last message must not be the assistant's: prefilling (continuing) an "
                    "assistant message is not supported", code="unsupported_value")
@@ -169,8 +170,14 @@ def to_chat(req: CountTokensRequest) -> ChatCompletionRequest:
     choice = req.tool_choice
     if isinstance(choice, ToolChoiceTool):
         fields["tool_choice"] = NamedToolChoice(type="function", function=NamedFunction(name=choice.name))
-    elif choice is not None:
-        fields["tool_choice"] = "required" if isinstance(choice, ToolChoiceAny) else "none"
+    elif isinstance(choice, ToolChoiceAny):
+        fields["tool_choice"] = "required"
+    elif isinstance(choice, ToolChoiceNone):
+        fields["tool_choice"] = "none"
+    elif req.tools:  # auto, given or by default
+        fields["tool_choice"] = "auto"
+    if isinstance(choice, ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool) and choice.disable_parallel_tool_use:
+        fields["parallel_tool_calls"] = False
     if isinstance(req, MessagesRequest):
         fields.update(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
                       stop=req.stop_sequences or None, stream=req.stream)
@@ -214,15 +221,17 @@ async def prepare(model: ServedModel, req: MessagesRequest, ctx: RequestContext)
     return MessagesPlan(req, plan)
 
 
-def tool_use_id() -> str:
-    return "toolu_" + secrets.token_hex(12)
+def _tool_use_id(call_id: str) -> str:
+    """Anthropic's spelling of a call id (the parser's `call_` and 24 hex digits)."""
+    return "toolu_" + call_id.removeprefix("call_")
 
 
-def _stop(plan: MessagesPlan, final: RequestOutput | None) -> tuple[StopReason, str | None]:
+def _stop(plan: MessagesPlan, final: RequestOutput | None, calls: bool) -> tuple[StopReason, str | None]:
+    """`calls`: the output holds whole tool calls."""
     reason = final.finish_reason if final is not None else None
     if reason is FinishReason.LENGTH:
         return "max_tokens", None
-    if plan.chat.tool is not None:
+    if calls:
         return "tool_use", None
     if reason is FinishReason.STOP:
         stops = plan.request.stop_sequences or []
@@ -231,16 +240,18 @@ def _stop(plan: MessagesPlan, final: RequestOutput | None) -> tuple[StopReason, 
     return "end_turn", None
 
 
-def _blocks(plan: MessagesPlan, text: str, stop: StopReason) -> list[ContentBlock]:
-    """The answer's content: text, or one tool_use block. A call cut by max_tokens is its text, never half a
-    call."""
+def _blocks(plan: MessagesPlan, text: str) -> tuple[list[ContentBlock], bool]:
+    """The answer's content: text, then the whole tool calls as tool_use blocks (a call cut by max_tokens is
+    left out: never half a call); and whether there are calls."""
     tool = plan.chat.tool
-    if tool is None or stop != "tool_use":
-        return [TextBlock(type="text", text=text)]
-    if tool.name is not None:
-        return [ToolUseBlock(type="tool_use", id=tool_use_id(), name=tool.name, input=json.loads(text))]
-    obj = json.loads(text)  # the grammar's {"name", "arguments"} (anyOf over the tools)
-    return [ToolUseBlock(type="tool_use", id=tool_use_id(), name=obj["name"], input=obj["arguments"])]
+    if tool is None:
+        return [TextBlock(type="text", text=text)], False
+    parser = parse(tool.mode, text, tool.name)
+    calls = parser.complete_calls()
+    blocks: list[ContentBlock] = [TextBlock(type="text", text=parser.content)] if parser.content or not calls else []
+    blocks += [ToolUseBlock(type="tool_use", id=_tool_use_id(c.id), name=c.name, input=json.loads(c.arguments))
+               for c in calls]
+    return blocks, bool(calls)
 
 
 def _usage(final: RequestOutput | None) -> MessageUsage:
@@ -260,30 +271,68 @@ async def complete(model: ServedModel, plan: MessagesPlan, ctx: RequestContext) 
     """Run to the end and return one message (the runs are already started)."""
     r = (await collect_finished(plan.chat.runs, ctx))[0]
     chat.check_constraint(plan.chat, 0)
-    stop, sequence = _stop(plan, r.final)
-    return _message(plan, ctx, _blocks(plan, r.text, stop), stop, sequence, _usage(r.final))
+    blocks, calls = _blocks(plan, r.text)
+    stop, sequence = _stop(plan, r.final, calls)
+    return _message(plan, ctx, blocks, stop, sequence, _usage(r.final))
+
+
+class _Blocks:
+    """The stream's content blocks: opened as the parser's events arrive, one at a time, indexed in order."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.open: str | None = None  # "text" or "tool_use"
+
+    def close(self) -> list[StreamEvent]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [ContentBlockStopEvent(type="content_block_stop", index=self.index)]
+
+    def start(self, block: ContentBlock) -> list[StreamEvent]:
+        out = self.close()
+        self.index += 1
+        self.open = block.type
+        out.append(ContentBlockStartEvent(type="content_block_start", index=self.index, content_block=block))
+        return out
+
+    def text(self, text: str) -> list[StreamEvent]:
+        out = [] if self.open == "text" else self.start(TextBlock(type="text", text=""))
+        out.append(ContentBlockDeltaEvent(type="content_block_delta", index=self.index,
+                                          delta=TextDelta(type="text_delta", text=text)))
+        return out
+
+    def events(self, parsed: list[Event]) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        for ev in parsed:
+            if isinstance(ev, TextPiece):
+                out += self.text(ev.text)
+            elif isinstance(ev, CallStart):
+                out += self.start(ToolUseBlock(type="tool_use", id=_tool_use_id(ev.id), name=ev.name, input={}))
+            elif isinstance(ev, ArgsPiece):
+                out.append(ContentBlockDeltaEvent(type="content_block_delta", index=self.index, delta=InputJsonDelta(
+                    type="input_json_delta", partial_json=ev.text)))
+        return out
 
 
 async def stream(model: ServedModel, plan: MessagesPlan, ctx: RequestContext) -> AsyncIterator[StreamEvent | None]:
-    """Anthropic's events (the runs are already started): message_start; one content block (text deltas, or
-    a named tool's input as input_json_delta pieces; an `any` call is sent whole when it ends: it is a call
-    only once it parses); message_delta with the stop reason and usage. The route's framing adds
-    message_stop last, and turns `None` (nothing to send for a while) into a ping."""
+    """Anthropic's events (the runs are already started): message_start; the content blocks as the output
+    arrives (text deltas; a tool_use block per call, its input in input_json_delta pieces as generated); then
+    message_delta with the stop reason and usage. The route's framing adds message_stop last, and turns `None`
+    (nothing to send for a while) into a ping."""
     n_prompt = len(plan.chat.runs.requests[0].prompt_ids)
     start_usage = MessageUsage(input_tokens=n_prompt, output_tokens=0, cache_read_input_tokens=0,
                                cache_creation_input_tokens=0)
     yield MessageStartEvent(type="message_start", message=_message(plan, ctx, [], None, None, start_usage))
     tool = plan.chat.tool
-    open_block = False
-    if tool is None:
-        yield ContentBlockStartEvent(type="content_block_start", index=0,
-                                     content_block=TextBlock(type="text", text=""))
-        open_block = True
-    elif tool.name is not None:
-        yield ContentBlockStartEvent(type="content_block_start", index=0, content_block=ToolUseBlock(
-            type="tool_use", id=tool_use_id(), name=tool.name, input={}))
-        open_block = True
-    buffered = ""
+    parser = ToolCallParser(tool.mode, tool.name) if tool is not None else None
+    blocks = _Blocks()
+    if parser is None:
+        for e in blocks.start(TextBlock(type="text", text="")):
+            yield e
+    else:
+        for e in blocks.events(parser.start()):
+            yield e
     final: RequestOutput | None = None
     async for ev in plan.chat.runs.events(HEARTBEAT_S):
         if ev is None:
@@ -292,33 +341,22 @@ async def stream(model: ServedModel, plan: MessagesPlan, ctx: RequestContext) ->
         _, out = ev
         err = finish_error(out) if out.finished else None
         if out.text:
-            if tool is None:
-                yield ContentBlockDeltaEvent(type="content_block_delta", index=0,
-                                             delta=TextDelta(type="text_delta", text=out.text))
-            elif tool.name is not None:
-                yield ContentBlockDeltaEvent(type="content_block_delta", index=0,
-                                             delta=InputJsonDelta(type="input_json_delta", partial_json=out.text))
-            else:
-                buffered += out.text
+            for e in blocks.text(out.text) if parser is None else blocks.events(parser.feed(out.text)):
+                yield e
         if err is not None:
             raise err
         if out.finished:
             chat.check_constraint(plan.chat, 0)
             final = out
-    stop, sequence = _stop(plan, final)
-    if not open_block:  # an `any` call, whole; or its text when cut by max_tokens
-        block = _blocks(plan, buffered, stop)[0]
-        if isinstance(block, ToolUseBlock):
-            yield ContentBlockStartEvent(type="content_block_start", index=0, content_block=block.model_copy(
-                update={"input": {}}))
-            yield ContentBlockDeltaEvent(type="content_block_delta", index=0, delta=InputJsonDelta(
-                type="input_json_delta", partial_json=json.dumps(block.input, ensure_ascii=False)))
-        else:
-            yield ContentBlockStartEvent(type="content_block_start", index=0,
-                                         content_block=TextBlock(type="text", text=""))
-            yield ContentBlockDeltaEvent(type="content_block_delta", index=0,
-                                         delta=TextDelta(type="text_delta", text=block.text))
-    yield ContentBlockStopEvent(type="content_block_stop", index=0)
+    if parser is not None:
+        for e in blocks.events(parser.finish()):
+            yield e
+    if blocks.index < 0:  # nothing at all: one empty text block, as the whole answer has
+        for e in blocks.start(TextBlock(type="text", text="")):
+            yield e
+    for e in blocks.close():
+        yield e
+    stop, sequence = _stop(plan, final, parser is not None and bool(parser.complete_calls()))
     usage = _usage(final)
     yield MessageDeltaEvent(type="message_delta", delta=MessageDelta(stop_reason=stop, stop_sequence=sequence),
                             usage=DeltaUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
