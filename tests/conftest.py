@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from sluicegate.api.app import create_app
 from sluicegate.backends.reference import ReferenceRunner
 from sluicegate.config import Config
 from sluicegate.store.migrate import upgrade
+from sluicegate.testing.wait import wait_for
 from tests.dbs import BACKENDS, postgres_database, sqlite_url, truncate, url_string
 
 
@@ -23,12 +23,7 @@ def make_client(config: Config | None = None, factory: Callable[[], ReferenceRun
 
 
 def wait_ready(client: TestClient, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client.get("/readyz").status_code == 200:
-            return
-        time.sleep(0.01)
-    raise AssertionError("the app did not become ready")
+    wait_for(lambda: client.get("/readyz").status_code == 200, timeout, message="the app to become ready")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ another process would)."""
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,16 +55,6 @@ def auth(secret: str) -> dict[str, str]:
 
 
 GEN = {"prompt": "Hello there", "max_new_tokens": 4, "temperature": 0}
-
-
-def poll_until(check: Callable[[], bool], bound_s: float = 60.0) -> float:
-    """Seconds until `check()` holds; fails past a generous `bound_s` (a loaded machine is slow, not wrong)."""
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > bound_s:
-            raise AssertionError(f"not true after {bound_s}s")
-        time.sleep(0.01)
-    return time.monotonic() - start
 
 
 def status(url: str, path: str, secret: str | None = None, method: str = "GET",

@@ -7,7 +7,8 @@ from __future__ import annotations
 import httpx
 
 from sluicegate.tenancy.keys import Scope
-from tests.api.auth_helpers import GEN, auth, poll_until, served
+from sluicegate.testing.wait import wait_for
+from tests.api.auth_helpers import GEN, auth, served
 
 BASE = "/v1/admin/keys"
 
@@ -38,7 +39,7 @@ def test_the_key_lifecycle_over_http(db_url: str) -> None:
 
             gone = c.delete(f"{BASE}/{key['id']}").json()
             assert gone["state"] == "revoked" and gone["revoked_at"]
-            poll_until(lambda: httpx.post(f"{s.url}/v1/generate", json=GEN, headers=auth(secret),
+            wait_for(lambda: httpx.post(f"{s.url}/v1/generate", json=GEN, headers=auth(secret),
                                           timeout=30).status_code == 401)
             assert c.get(f"{BASE}/key_000000000000000000000000").status_code == 404
             assert c.patch(f"{BASE}/{key['id']}", json={"rpm": 5}).status_code == 422  # revoked: no change

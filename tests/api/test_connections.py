@@ -14,6 +14,7 @@ import pytest
 
 from sluicegate.api.routes.metrics import parse_metrics
 from sluicegate.testing.refserver import RefServer, running
+from sluicegate.testing.wait import wait_for
 from tests.api.rawhttp import Reader, connect, exchange, request
 
 pytestmark = pytest.mark.timeout(120)
@@ -129,9 +130,8 @@ def test_a_body_that_stalls_gets_408_once_in_the_log(short: RefServer) -> None:
     assert reply.status == 408
     assert_envelope(reply.status, reply.error, "request_timeout", "stall-1")
     assert reply.error["code"] == "body_timeout"
-    deadline = time.monotonic() + 60
-    while not lines_with(short, "stall-1") and time.monotonic() < deadline:
-        time.sleep(0.02)  # the access line is written when the app has seen the cut
+    wait_for(lambda: lines_with(short, "stall-1"), 60,  # the access line is written when the app has seen the cut
+             message="the access line")
     lines = lines_with(short, "stall-1")
     assert len(lines) == 1 and " 408 " in lines[0], lines
     assert "Traceback" not in short.log()
@@ -231,9 +231,7 @@ def test_a_client_that_leaves_mid_body_is_a_disconnect_not_a_500(server: RefServ
         with connect(server.port) as s:
             s.sendall(request("POST", "/v1/generate", "Content-Type: application/json", f"X-Request-Id: gone-{i}",
                               "Content-Length: 1000") + b'{"prompt": "abc')
-    deadline = time.monotonic() + 60
-    while disconnects(server) < before + 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: disconnects(server) >= before + 3, 60, message="three disconnects")
     assert disconnects(server) == before + 3
     for i in range(3):
         lines = lines_with(server, f"gone-{i}")
@@ -272,13 +270,9 @@ def test_connections_past_the_limit_are_kept_for_health_checks_then_closed(tmp_p
         finally:
             for s in held:
                 s.close()
-        deadline = time.monotonic() + 60
-        while True:  # once they are gone, connections are served again
-            reply, _ = exchange(srv.port, request("GET", "/v1/models"))
-            if reply.status == 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        assert reply.status == 200
+        # once they are gone, connections are served again
+        wait_for(lambda: exchange(srv.port, request("GET", "/v1/models"))[0].status == 200, 60,
+                 message="connections to be served again")
 
 
 def push_header(port: int, total: int) -> int:
@@ -322,9 +316,7 @@ def test_a_client_that_leaves_a_stream_counts_as_an_answer_disconnect(tmp_path: 
             r = Reader(s)
             while b"data: " not in r.buf:
                 assert r._more()
-        deadline = time.monotonic() + 60
-        while answers() < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: answers() >= 1, 60, message="the answer to be counted")
         assert answers() == 1
         lines = [line for line in srv.log().splitlines() if "left-1" in line]
         assert len(lines) == 1 and "client left before the answer ended" in lines[0], lines

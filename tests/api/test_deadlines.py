@@ -11,7 +11,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,6 +23,7 @@ from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.reference import EOS_ID
 from sluicegate.config import Config, DeadlineConfig
 from sluicegate.engine import Engine, EngineRequest, SchedulerConfig
+from sluicegate.testing.wait import wait_for
 from tests.api.threaded_server import SlowRunner, Threaded, threaded_server
 
 DELAY = 0.01  # seconds every engine step takes at least
@@ -44,13 +45,6 @@ class HeldRunner(SlowRunner):
         if self.hold_after is not None and self.calls > self.hold_after:
             self.go.wait(120)
         return super().execute(batch)
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 120.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "condition not reached"
-        time.sleep(0.01)
 
 
 def engine_of(s: Threaded) -> Engine:

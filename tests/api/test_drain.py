@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 from sluicegate.api.routes.metrics import parse_metrics
 from sluicegate.backends.reference import EOS_ID
 from sluicegate.testing.refserver import RefServer, running
+from sluicegate.testing.wait import wait_for
 from tests.api.rawhttp import Reader, connect, exchange, request
 
 pytestmark = pytest.mark.timeout(180)
@@ -43,19 +43,16 @@ def open_stream(port: int, request_id: str) -> tuple[socket.socket, Reader]:
 
 
 def wait_running(server: RefServer, n: int) -> None:
-    deadline = time.monotonic() + 60
-    while parse_metrics(httpx.get(f"{server.url}/metrics").text).get("sluicegate_running") != n:
-        assert time.monotonic() < deadline, "the requests never all reached the engine"
-        time.sleep(0.01)
+    wait_for(lambda: parse_metrics(httpx.get(f"{server.url}/metrics").text).get("sluicegate_running") == n, 60,
+             message="the requests to all reach the engine")
 
 
 def wait_readyz(server: RefServer, status: int) -> httpx.Response:
-    deadline = time.monotonic() + 60
-    while True:
+    def answered() -> httpx.Response | None:
         resp = httpx.get(f"{server.url}/readyz", timeout=30)
-        if resp.status_code == status or time.monotonic() > deadline:
-            return resp
-        time.sleep(0.01)
+        return resp if resp.status_code == status else None
+
+    return wait_for(answered, 60, message=f"/readyz to answer {status}")
 
 
 def test_sigterm_drains_then_ends_every_stream_with_an_error_event_and_done(tmp_path: Path) -> None:

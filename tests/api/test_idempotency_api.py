@@ -14,7 +14,8 @@ from sqlalchemy import select
 from sluicegate.config import Config, IdempotencyConfig
 from sluicegate.store.models import IdempotencyRecord
 from sluicegate.tenancy.keys import Scope, create_key
-from tests.api.auth_helpers import GEN, Served, auth, poll_until, served, status
+from sluicegate.testing.wait import wait_for
+from tests.api.auth_helpers import GEN, Served, auth, served, status
 
 CHAT = {"model": "reference", "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6,
         "temperature": 0}
@@ -134,7 +135,7 @@ def test_an_answer_the_work_gave_is_stored_even_a_500(db_url: str) -> None:
 def test_429_is_not_stored_and_a_replay_costs_no_tokens(db_url: str) -> None:
     with served(db_url) as s:
         secret = create_key(s.admin, "limited", {Scope.GENERATE}, tpm=1, burst=20)[1]
-        poll_until(lambda: status(s.url, "/v1/models") == 401)
+        wait_for(lambda: status(s.url, "/v1/models") == 401)
         first = post(s, "/v1/generate", GEN, "paid", **auth(secret))
         assert first.status_code == 200
         left = int(first.headers["x-ratelimit-remaining-tokens"])
@@ -153,7 +154,7 @@ def test_keys_are_scoped_to_the_api_key(db_url: str) -> None:
     with served(db_url) as s:
         _, a = s.key(Scope.GENERATE)
         _, b = s.key(Scope.GENERATE)
-        poll_until(lambda: status(s.url, "/v1/models") == 401)
+        wait_for(lambda: status(s.url, "/v1/models") == 401)
         other = {**GEN, "prompt": "Another prompt"}
         mine = post(s, "/v1/generate", GEN, "shared", **auth(a))
         theirs = post(s, "/v1/generate", other, "shared", **auth(b))

@@ -22,7 +22,8 @@ from prometheus_client import REGISTRY
 
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.tenancy.keys import Scope, create_key
-from tests.api.auth_helpers import Served, auth, poll_until, served, status
+from sluicegate.testing.wait import wait_for
+from tests.api.auth_helpers import Served, auth, served, status
 from tests.api.threaded_server import SlowRunner
 
 NEW_TOKENS = 40
@@ -74,7 +75,7 @@ def conflicts() -> float:
 
 def limited(s: Served) -> str:
     secret = create_key(s.admin, "limited", {Scope.GENERATE}, tpm=1, burst=1000)[1]
-    poll_until(lambda: status(s.url, "/v1/models") == 401)
+    wait_for(lambda: status(s.url, "/v1/models") == 401)
     return secret
 
 
@@ -88,7 +89,7 @@ def until_answered(s: Served, path: str, body: dict[str, Any], headers: dict[str
             return r, conflicts
         conflicts += 1
         assert r.headers["retry-after"] == "1" and r.json()["error"]["type"] == "idempotency_key_in_use"
-        poll_until(lambda: not stats(s).running, bound_s=60)  # instead of sleeping Retry-After
+        wait_for(lambda: not stats(s).running, 60)  # instead of sleeping Retry-After
 
 
 @pytest.mark.parametrize("path", ["/v1/generate", "/v1/chat/completions"])
@@ -141,7 +142,7 @@ def test_a_retry_after_a_client_timeout_mid_generation_generates_once(db_url: st
             r = httpx.get(s.url + "/v1/usage", headers=auth(secret), timeout=30)
             return int(r.json()["data"][0]["generated_tokens"]) if r.json()["data"] else -1
 
-        poll_until(lambda: generated() == NEW_TOKENS)  # the ledger too (the first request's row, 499)
+        wait_for(lambda: generated() == NEW_TOKENS)  # the ledger too (the first request's row, 499)
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
@@ -185,7 +186,7 @@ def test_the_openai_client_retries_the_409_until_the_stored_answer(db_url: str) 
                 client.chat.completions.with_raw_response.create(
                     model="reference", messages=messages, max_tokens=8, extra_headers=key)))
             second.start()
-            poll_until(lambda: conflicts() > before)  # the SDK got its 409 and will retry it
+            wait_for(lambda: conflicts() > before)  # the SDK got its 409 and will retry it
         first.join(60)
         second.join(60)
         (raw,) = retried

@@ -15,7 +15,8 @@ import httpx
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.config import Config, RateLimitConfig
 from sluicegate.tenancy.keys import Scope, create_key
-from tests.api.auth_helpers import auth, poll_until, served
+from sluicegate.testing.wait import wait_for
+from tests.api.auth_helpers import auth, served
 from tests.api.test_ratelimit_api import limits  # noqa: F401 (the fixture: in-process and Redis)
 from tests.api.threaded_server import SlowRunner
 
@@ -76,7 +77,7 @@ def test_a_client_that_leaves_during_prefill_pays_the_prefill(db_url: str, limit
                 return r.json()["data"]  # type: ignore[no-any-return]
 
             try:
-                poll_until(lambda: bool(counted()) and counted()[0]["requests"] == n)  # noqa: B023
+                wait_for(lambda: bool(counted()) and counted()[0]["requests"] == n)  # noqa: B023
             finally:
                 gated.release.set()
             (day,) = counted()

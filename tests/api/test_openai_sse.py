@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from sluicegate.api.anthropic_errors import anthropic_envelope
 from sluicegate.api.openai_errors import openai_envelope
 from sluicegate.protocol.common import ResponseModel
 from sluicegate.serving.errors import ApiError
+from sluicegate.testing.wait import wait_for
 from tests.api.threaded_server import SlowRunner, threaded_server
 
 
@@ -125,15 +125,6 @@ def test_cancel_while_waiting_closes_the_producer() -> None:
     asyncio.run(main())
 
 
-def _wait_for(pred: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 def test_disconnect_aborts_the_engine_request(path: str) -> None:
     with threaded_server(
@@ -148,9 +139,9 @@ def test_disconnect_aborts_the_engine_request(path: str) -> None:
             lines = resp.iter_lines()
             for _ in range(6):
                 next(lines)
-            assert _wait_for(lambda: len(engine.scheduler.running) == 2)
+            wait_for(lambda: len(engine.scheduler.running) == 2)
         # the client is gone: both runs are aborted within a step or two, long before 1500 tokens
-        assert _wait_for(lambda: engine.stats.requests_cancelled >= 2 and not engine.scheduler.running, 10.0)
+        wait_for(lambda: engine.stats.requests_cancelled >= 2 and not engine.scheduler.running, 10.0)
         assert engine.stats.generated_tokens < 1000
 
 
@@ -177,9 +168,9 @@ def test_a_reused_request_id_does_not_mix_up_two_requests() -> None:
                 next(lines)
                 thread = threading.Thread(target=send_kept)
                 thread.start()
-                assert _wait_for(lambda: len(engine.scheduler.running) == 2)
+                wait_for(lambda: len(engine.scheduler.running) == 2)
             # the first client has gone while the second request runs
-            assert _wait_for(lambda: engine.stats.requests_cancelled == 1)
+            wait_for(lambda: engine.stats.requests_cancelled == 1)
             thread.join(30)
         assert engine.stats.requests_cancelled == 1
         (resp,) = kept

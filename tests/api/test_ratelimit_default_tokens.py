@@ -11,7 +11,8 @@ import httpx
 
 from sluicegate.config import Config, RateLimitConfig
 from sluicegate.tenancy.keys import Scope, create_key
-from tests.api.auth_helpers import auth, poll_until, served
+from sluicegate.testing.wait import wait_for
+from tests.api.auth_helpers import auth, served
 from tests.api.test_ratelimit_api import limits  # noqa: F401 (the fixture: in-process and Redis)
 from tests.api.threaded_server import SlowRunner
 
@@ -47,4 +48,4 @@ def test_concurrent_requests_without_max_tokens_stay_within_the_capacity(
             rows = httpx.get(s.url + "/v1/usage", headers=auth(secret), timeout=30).json()["data"]
             return sum(d["requests"] for d in rows)
 
-        poll_until(lambda: ledger() == 3)
+        wait_for(lambda: ledger() == 3)

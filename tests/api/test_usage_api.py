@@ -11,7 +11,8 @@ import openai
 import pytest
 
 from sluicegate.tenancy.keys import Scope, new_secret
-from tests.api.auth_helpers import GEN, auth, poll_until, served
+from sluicegate.testing.wait import wait_for
+from tests.api.auth_helpers import GEN, auth, served
 from tests.api.threaded_server import SlowRunner
 
 CHAT: dict[str, Any] = {"model": "reference", "messages": [{"role": "user", "content": "Hi there"}],
@@ -105,7 +106,7 @@ def test_a_stream_the_client_leaves_is_counted_to_where_it_stopped(db_url: str) 
         def counted() -> list[Any]:
             return usage(s.url, key).json()["data"]  # type: ignore[no-any-return]
 
-        poll_until(lambda: bool(counted()))
+        wait_for(lambda: bool(counted()))
         (day,) = counted()
         assert day["requests"] == 1
         assert 3 <= day["generated_tokens"] < 500 and day["prompt_tokens"] > 0

@@ -21,6 +21,7 @@ from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.reference import ReferenceRunner
 from sluicegate.config import Config
 from sluicegate.store.db import Store
+from sluicegate.testing.wait import wait_for
 
 
 class SlowRunner(ReferenceRunner):
@@ -69,16 +70,14 @@ def threaded_server(
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
+
+    def ready() -> bool:
         try:
-            if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
-                break
+            return httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200
         except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("the threaded server did not become ready")
-        time.sleep(0.02)
+            return False
+
+    wait_for(ready, 20, interval=0.02, message="the threaded server to become ready")
     try:
         yield Threaded(url, app.state.sluicegate, made[0])
     finally:

@@ -6,13 +6,14 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+
+from sluicegate.testing.wait import wait_for
 
 
 def free_port() -> int:
@@ -44,19 +45,22 @@ def start_server(tmp: Path, *args: str, timeout: float = 180.0) -> Server:
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
-                return Server(url, proc, log_path)
+            return httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"server not ready in {timeout}s:\n{log_path.read_text()}")
+            return False
+
+    try:
+        wait_for(ready, timeout, interval=0.1, message="the server to be ready")
+    except AssertionError as e:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"{e}:\n{log_path.read_text()}") from None
+    return Server(url, proc, log_path)
 
 
 def stop_server(server: Server) -> None:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from sluicegate.api.routes.metrics import parse_metrics
+from sluicegate.testing.wait import wait_for
 from tests.e2e.conftest import Server, start_server, stop_server
 
 LONG: dict[str, object] = {
@@ -36,13 +37,6 @@ def metrics(server: Server) -> dict[str, float]:
     out = {k.removeprefix("sluicegate_").replace("_total", ""): v for k, v in m.items()}
     out["requests_cancelled"] = out.get('requests_finished{finish_reason="cancelled"}', 0.0)
     return out
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 def drop_stream(server: Server) -> int:

@@ -31,8 +31,8 @@ from sluicegate.store.db import Store
 from sluicegate.store.migrate import upgrade
 from sluicegate.tenancy.keys import Scope, create_key, revoke_key
 from sluicegate.testing.refserver import RefServer, running
+from sluicegate.testing.wait import wait_for
 from tests.api.auth_helpers import auth
-from tests.api.auth_helpers import poll_until as poll
 from tests.dbs import postgres_database, url_string
 from tests.ratelimit.conftest import REDIS_URL, redis_absent
 
@@ -72,8 +72,8 @@ def key(r: Replicas, *scopes: Scope, tpm: int | None = None, burst: int | None =
     """A new key (id, secret), once both replicas enforce keys (each sees the first within its cache's TTL)."""
     record, secret = create_key(r.admin, "replicas", set(scopes), tpm=tpm, burst=burst)
     for s in r.servers:
-        poll(lambda s=s: httpx.get(s.url + "/v1/models", timeout=30).status_code == 401)
-        poll(lambda s=s: httpx.get(s.url + "/v1/models", headers=auth(secret), timeout=30).status_code == 200)
+        wait_for(lambda s=s: httpx.get(s.url + "/v1/models", timeout=30).status_code == 401)
+        wait_for(lambda s=s: httpx.get(s.url + "/v1/models", headers=auth(secret), timeout=30).status_code == 200)
     return record.id, secret
 
 
@@ -140,12 +140,12 @@ def test_one_rate_limit_across_two_replicas(replicas: Replicas) -> None:
 def test_a_key_revoked_in_the_store_is_refused_by_both_within_a_second(replicas: Replicas) -> None:
     record, secret = create_key(replicas.admin, "to revoke", {Scope.GENERATE})
     for s in replicas.servers:  # both hold it as valid in their caches
-        poll(lambda s=s: httpx.get(s.url + "/v1/models", headers=auth(secret), timeout=30).status_code == 200)
+        wait_for(lambda s=s: httpx.get(s.url + "/v1/models", headers=auth(secret), timeout=30).status_code == 200)
     revoke_key(replicas.admin, record.id)
     revoked = time.monotonic()
     delays = []
     for s in replicas.servers:
-        poll(lambda s=s: httpx.get(s.url + "/v1/models", headers=auth(secret), timeout=30).status_code == 401)
+        wait_for(lambda s=s: httpx.get(s.url + "/v1/models", headers=auth(secret), timeout=30).status_code == 401)
         delays.append(time.monotonic() - revoked)
     print("revocation refused by the replicas after " + ", ".join(f"{d * 1e3:.0f} ms" for d in delays))
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from pathlib import Path
 
 import httpx
 
 from sluicegate.api.routes.metrics import parse_metrics
+from sluicegate.testing.wait import wait_for
 from tests.e2e.conftest import start_server
 
 
@@ -26,12 +26,9 @@ def test_sigterm_finishes_in_flight_work_then_exits(tmp_path: Path) -> None:
 
     worker = threading.Thread(target=long_request)
     worker.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait until the request is in the engine, generating
-        m = parse_metrics(httpx.get(f"{srv.url}/metrics", timeout=10).text)
-        if m.get("sluicegate_generated_tokens_total", 0) > 0:  # in flight: it has produced a token
-            break
-        time.sleep(0.05)
+    # wait until the request is in the engine, generating: in flight, it has produced a token
+    wait_for(lambda: parse_metrics(httpx.get(f"{srv.url}/metrics", timeout=10).text)
+             .get("sluicegate_generated_tokens_total", 0) > 0, 60, interval=0.05, message="a token generated")
     srv.proc.send_signal(signal.SIGTERM)
     worker.join(timeout=60)
     rc = srv.proc.wait(timeout=60)

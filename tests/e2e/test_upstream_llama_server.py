@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 from sluicegate.backends.llama_cpp import default_model_path
 from sluicegate.contract.probe_runner import run_probes
 from sluicegate.contract.probes import ProbeOptions, all_probes
+from sluicegate.testing.wait import wait_for
 from tests.e2e.conftest import Server, free_port, start_server, stop_server
 
 BINARY = os.environ.get("LLAMA_SERVER", "")
@@ -40,10 +40,12 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     proc = subprocess.Popen([BINARY, "-m", str(default_model_path()), "--host", "127.0.0.1", "--port", str(port),
                              "-np", "4", "-c", "8192", "-t", "2"], stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while not _up(f"http://127.0.0.1:{port}/health"):
-            assert proc.poll() is None and time.monotonic() < deadline, "llama-server did not start"
-            time.sleep(0.2)
+
+        def up() -> bool:
+            assert proc.poll() is None, "llama-server exited"
+            return _up(f"http://127.0.0.1:{port}/health")
+
+        wait_for(up, 120, interval=0.2, message="llama-server to start")
         srv = start_server(tmp, "--no-local-model", "--upstream", f"{NAME}=http://127.0.0.1:{port}/v1")
         try:
             yield srv

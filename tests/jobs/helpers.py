@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
+
+from sluicegate.testing.wait import wait_for
 
 FINAL_OPENAI = {"completed", "failed", "expired", "cancelled"}
 FINAL_SEED = {"succeeded", "failed", "cancelled"}
@@ -23,21 +23,9 @@ def jsonl(rows: list[Any]) -> bytes:
     return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 120.0, what: str = "the condition") -> Any:
-    """Poll `check` until it returns something truthy (the server's state is the event; bounded generously)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def poll_seed(client: httpx.Client, job_id: str, timeout: float = 120.0) -> dict[str, Any]:
     def done() -> dict[str, Any] | None:
         body: dict[str, Any] = client.get(f"/v1/batch-predictions/{job_id}").json()
         return body if body["status"] in FINAL_SEED else None
 
-    return dict(wait_for(done, timeout, f"job {job_id} to finish"))
+    return dict(wait_for(done, timeout, message=f"job {job_id} to finish"))

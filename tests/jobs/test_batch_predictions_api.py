@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from sluicegate.config import Config, JobsConfig
+from sluicegate.testing.wait import wait_for
 from tests.api.threaded_server import SlowRunner, Threaded, threaded_server
-from tests.jobs.helpers import poll_seed, wait_for
+from tests.jobs.helpers import poll_seed
 
 BASE = "/v1/batch-predictions"
 
@@ -91,7 +92,7 @@ def test_progress_and_eta_while_running_then_cancel_aborts_the_rest(server: Thre
         b: dict[str, Any] = client.get(f"{BASE}/{job}").json()
         return b if b["status"] == "running" and b["progress"]["done"] >= 1 else None
 
-    mid = wait_for(running, what="some items to finish")
+    mid = wait_for(running, message="some items to finish")
     assert mid["eta_seconds"] is not None and mid["eta_seconds"] > 0, json.dumps(mid)
     assert 1 <= mid["progress"]["done"] < 30
     cancelled = client.delete(f"{BASE}/{job}")
@@ -102,7 +103,7 @@ def test_progress_and_eta_while_running_then_cancel_aborts_the_rest(server: Thre
     assert statuses.count("cancelled") >= 10 and "pending" not in statuses
     # nothing of the job is left in the engine
     wait_for(lambda: server.state.engine is not None and not server.state.engine.scheduler.has_work,
-             what="the engine to be idle")
+             message="the engine to be idle")
 
 
 def test_refusals(client: httpx.Client) -> None:

@@ -11,10 +11,11 @@ from sluicegate.config import Config, JobsConfig
 from sluicegate.engine.types import Priority
 from sluicegate.store.migrate import upgrade
 from sluicegate.tenancy.keys import Scope, create_key
+from sluicegate.testing.wait import wait_for
 from tests.api.auth_helpers import auth, served
 from tests.api.threaded_server import SlowRunner
 from tests.dbs import sqlite_url
-from tests.jobs.helpers import poll_seed, wait_for
+from tests.jobs.helpers import poll_seed
 
 
 def test_batch_uses_its_slots_only_and_never_the_interactive_bucket(tmp_path: Path) -> None:
@@ -33,7 +34,7 @@ def test_batch_uses_its_slots_only_and_never_the_interactive_bucket(tmp_path: Pa
         def batch_running() -> int:
             return sum(q.request.priority == Priority.BATCH for q in list(engine.scheduler.running))
 
-        wait_for(lambda: batch_running() >= 1, what="batch items in the engine")
+        wait_for(lambda: batch_running() >= 1, message="batch items in the engine")
         r = c.post("/v1/generate", json={"prompt": "hello", "max_new_tokens": 4, "temperature": 0})
         assert r.status_code == 200, r.text  # served while the job runs
         assert c.get(f"/v1/batch-predictions/{job}").json()["status"] in ("queued", "running")

@@ -11,9 +11,9 @@ import httpx
 from sluicegate.store.db import Store
 from sluicegate.store.migrate import upgrade
 from sluicegate.testing.refserver import running
+from sluicegate.testing.wait import wait_for
 from tests.dbs import postgres_database, url_string
 from tests.jobs.crash import SLOW, done_count, items, kill9, output_ids, submit
-from tests.jobs.helpers import wait_for
 
 N = 300  # items in a job; each generates SHORT tokens, so 300 of them still finish in seconds
 SHORT = 4
@@ -38,13 +38,13 @@ def test_kill_9_mid_job_then_restart_completes_every_item_once(tmp_path: Path) -
     try:
         with running(tmp_path, "--database-url", url, *SLOW) as first:
             batch = submit(first.url, N, SHORT)
-            wait_for(lambda: done_count(admin, batch) >= 5, what="some items done before the kill")
+            wait_for(lambda: done_count(admin, batch) >= 5, message="some items done before the kill")
             kill9(first)
         at_kill = items(admin, batch)
         leased = [r for r in at_kill if r.state == "leased"]
         assert leased and done_count(admin, batch) < N  # killed mid-job, holding leases
         with running(tmp_path, "--database-url", url, *SLOW) as second:
-            wait_for(lambda: _finished(second.url, batch), what="the job to complete after the restart")
+            wait_for(lambda: _finished(second.url, batch), message="the job to complete after the restart")
             writers = _exactly_once(admin, second.url, batch)
         assert len(set(writers)) == 2  # the dead process's worker, then the restarted one
         taken_over = {r.custom_id for r in leased}
@@ -60,7 +60,7 @@ def test_sigterm_hands_leases_back(tmp_path: Path) -> None:
     try:
         with running(tmp_path, "--database-url", url, *SLOW) as server:
             batch = submit(server.url, N)
-            wait_for(lambda: any(r.state == "leased" for r in items(admin, batch)), what="leases to be taken")
+            wait_for(lambda: any(r.state == "leased" for r in items(admin, batch)), message="leases to be taken")
             server.proc.terminate()
             assert server.proc.wait(timeout=60) == 0  # the drain hands the leases back, then exits 0
         rows = items(admin, batch)
@@ -83,9 +83,9 @@ def test_two_replicas_share_a_job_and_one_is_killed(tmp_path: Path) -> None:
                 def both_working() -> bool:
                     return len({r.finished_by for r in items(admin, batch) if r.state == "done"}) == 2
 
-                wait_for(both_working, what="both replicas to finish items of the one job")
+                wait_for(both_working, message="both replicas to finish items of the one job")
                 kill9(b)
-                wait_for(lambda: _finished(a.url, batch), what="the surviving replica to complete the job")
+                wait_for(lambda: _finished(a.url, batch), message="the surviving replica to complete the job")
                 writers = _exactly_once(admin, a.url, batch)
             assert len(set(writers)) == 2
         finally:

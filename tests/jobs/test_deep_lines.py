@@ -14,8 +14,9 @@ import pytest
 
 from sluicegate.config import Config, JobsConfig
 from sluicegate.serving.strict_json import MAX_DEPTH
+from sluicegate.testing.wait import wait_for
 from tests.api.threaded_server import SlowRunner, Threaded, threaded_server
-from tests.jobs.helpers import chat_line, jsonl, poll_seed, wait_for
+from tests.jobs.helpers import chat_line, jsonl, poll_seed
 
 DEEP = 5000
 
@@ -104,7 +105,7 @@ def test_a_job_left_validating_is_failed_by_the_sweeper(server: Threaded, client
         body: dict[str, object] = client.get(f"/v1/batches/{job_id}").json()
         return body if body["status"] == "failed" else None
 
-    job = wait_for(swept, 30, "the sweeper to fail the job")
+    job = wait_for(swept, 30, message="the sweeper to fail the job")
     [err] = job["errors"]["data"]  # type: ignore[index]
     assert err["code"] == "validation_timeout" and "1 seconds" in err["message"]
     r = client.post("/v1/batches", json=new)

@@ -14,8 +14,9 @@ from standardwebhooks import Webhook
 
 from sluicegate.config import Config, JobsConfig, WebhookConfig
 from sluicegate.tenancy.keys import Scope
+from sluicegate.testing.wait import wait_for
 from tests.api.auth_helpers import auth, served
-from tests.jobs.helpers import FINAL_OPENAI, chat_line, jsonl, poll_seed, wait_for
+from tests.jobs.helpers import FINAL_OPENAI, chat_line, jsonl, poll_seed
 from tests.webhooks.receiver import receiver
 
 CONFIG = Config(jobs=JobsConfig(poll_s=0.05),
@@ -66,7 +67,7 @@ def test_scope_isolation_usage_and_webhooks(db_url: str) -> None:
             got = [json.loads(x.body) for x in rx.got]
             return got if len(got) >= 3 else None
 
-        got = wait_for(events, what="three webhook deliveries")
+        got = wait_for(events, message="three webhook deliveries")
         assert sorted((e["type"], e["data"]["id"]) for e in got) == sorted(
             [("batch.completed", b["id"]), ("batch.completed", seed.json()["id"]), ("batch.failed", failed["id"])])
         for req in rx.got:

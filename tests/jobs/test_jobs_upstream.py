@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from sluicegate.testing.refserver import RefServer, running
-from tests.jobs.helpers import chat_line, jsonl, poll_seed, wait_for
+from sluicegate.testing.wait import wait_for
+from tests.jobs.helpers import chat_line, jsonl, poll_seed
 
 FAST = ("--eos-slope", "0", "--batch-poll-seconds", "0.1")
 
@@ -42,7 +43,7 @@ def run_openai_batch(url: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         assert r.status_code == 200, r.text
         batch: dict[str, Any] = wait_for(
             lambda: (b := c.get(f"/v1/batches/{r.json()['id']}").json())["status"] in ("completed", "failed") and b,
-            90, "the batch to end")
+            90, message="the batch to end")
         lines: dict[str, Any] = {}
         for fid in (batch["output_file_id"], batch["error_file_id"]):
             if fid:

@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from sluicegate.config import Config, JobsConfig, LimitsConfig
+from sluicegate.testing.wait import wait_for
 from tests.api.threaded_server import SlowRunner, Threaded, threaded_server
-from tests.jobs.helpers import chat_line, jsonl, poll_seed, wait_for
+from tests.jobs.helpers import chat_line, jsonl, poll_seed
 
 LIMITS = JobsConfig(max_items_per_job=3, max_file_bytes=4000, max_concurrent_jobs=1, max_enqueued_tokens=2000,
                     poll_s=0.05)
@@ -91,4 +92,4 @@ def test_enqueued_tokens_and_concurrent_jobs(server: Threaded, client: httpx.Cli
     assert "limit is 1" in r.json()["error"]["message"] and r.headers["retry-after"]
     client.delete(f"/v1/batch-predictions/{first.json()['id']}")
     wait_for(lambda: client.post("/v1/batch-predictions", json=[{"input": {"prompt": "y"}}]).status_code == 202,
-             what="the slot to free")
+             message="the slot to free")

@@ -22,8 +22,8 @@ from sluicegate.store.db import Store
 from sluicegate.store.migrate import upgrade
 from sluicegate.tenancy.keys import Scope, create_key
 from sluicegate.testing.refserver import RefServer, running
+from sluicegate.testing.wait import wait_for
 from tests.api.auth_helpers import auth
-from tests.api.auth_helpers import poll_until as poll
 from tests.dbs import BACKENDS, postgres_database, sqlite_url, url_string
 from tests.jobs.helpers import chat_line, jsonl
 
@@ -68,8 +68,8 @@ def new_key(r: Replicas) -> str:
     """A new batch key's secret, once both replicas enforce keys and know it."""
     _, secret = create_key(r.admin, "limits", {Scope.BATCH, Scope.GENERATE})
     for s in r.servers:
-        poll(lambda s=s: httpx.get(s.url + "/v1/files", timeout=30).status_code == 401)
-        poll(lambda s=s: httpx.get(s.url + "/v1/files", headers=auth(secret), timeout=30).status_code == 200)
+        wait_for(lambda s=s: httpx.get(s.url + "/v1/files", timeout=30).status_code == 401)
+        wait_for(lambda s=s: httpx.get(s.url + "/v1/files", headers=auth(secret), timeout=30).status_code == 200)
     return secret
 
 

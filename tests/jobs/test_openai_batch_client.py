@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
+from sluicegate.testing.wait import wait_for
 from tests.api.threaded_server import Threaded, threaded_server
-from tests.jobs.helpers import FINAL_OPENAI, chat_line, jsonl, wait_for
+from tests.jobs.helpers import FINAL_OPENAI, chat_line, jsonl
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def client(server: Threaded) -> openai.OpenAI:
 
 def _finish(client: openai.OpenAI, batch_id: str) -> openai.types.Batch:
     return wait_for(lambda: (b := client.batches.retrieve(batch_id)).status in FINAL_OPENAI and b,
-                    what="the batch to finish")
+                    message="the batch to finish")
 
 
 def test_upload_create_poll_and_read_the_output(client: openai.OpenAI) -> None:

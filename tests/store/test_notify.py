@@ -16,10 +16,10 @@ from sluicegate.jobs.store import JobStore
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchItem
 from sluicegate.store.notify import JOBS, Listener, announce
+from sluicegate.testing.wait import wait_for
 from sluicegate.webhooks import Webhooks
 from tests.api.threaded_server import threaded_server
 from tests.dbs import postgres_database, url_string
-from tests.jobs.helpers import wait_for
 from tests.jobs.test_job_store import make_job
 
 
@@ -64,9 +64,9 @@ def test_an_idle_replica_runs_a_job_another_replica_queued_without_waiting_for_i
     # the worker's poll is ten minutes: only the notification can start the job within the test's wait
     config = Config(jobs=JobsConfig(poll_s=600.0, lease_s=60.0))
     with threaded_server(config, store=pg) as srv:
-        worker = wait_for(lambda: srv.state.batch.worker, 60, "the batch worker")
+        worker = wait_for(lambda: srv.state.batch.worker, 60, message="the batch worker")
         wait_for(lambda: worker.looks >= 1 and srv.state.listener is not None and srv.state.listener.listening.is_set(),
-                 60, "the worker's first look and the listener")
+                 60, message="the worker's first look and the listener")
         jobs = JobStore(Store.open(pg.url))  # another replica's own connection
         try:
             job = make_job(jobs, 3)
@@ -76,7 +76,7 @@ def test_an_idle_replica_runs_a_job_another_replica_queued_without_waiting_for_i
                     return s.scalar(select(func.count()).where(BatchItem.job_id == job, BatchItem.state.in_(
                         (S.DONE, S.ITEM_FAILED)))) == 3
 
-            wait_for(finished, 60, "the other replica's items to be run here")
+            wait_for(finished, 60, message="the other replica's items to be run here")
         finally:
             jobs.store.close()
 

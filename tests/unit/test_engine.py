@@ -23,6 +23,7 @@ from sluicegate.engine import (
     SamplingParams,
     SchedulerConfig,
 )
+from sluicegate.testing.wait import wait_for
 
 _n = iter(range(1_000_000))
 
@@ -96,14 +97,6 @@ class Collector:
     @property
     def text(self) -> str:
         return "".join(o.text for o in self.outs)
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.002)
 
 
 def req(prompt: str | list[int], *, deadline: float | None = None, **params: object) -> EngineRequest:

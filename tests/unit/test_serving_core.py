@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -26,6 +26,7 @@ from sluicegate.serving.core import (
 )
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
+from sluicegate.testing.wait import wait_for_async
 from tests.api.threaded_server import SlowRunner
 
 
@@ -39,13 +40,6 @@ def served(limits: LimitsConfig | None = None, *, delay_s: float = 0.0, max_wait
         yield ServedModel(runner, AsyncEngine(engine), Budget.for_runner(runner, limits or LimitsConfig()))
     finally:
         engine.stop()
-
-
-async def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 async def fake_surface(model: ServedModel, ctx: RequestContext, prompts: list[str], *, n: int = 1,
@@ -133,12 +127,12 @@ def test_a_refusal_submits_nothing_and_leaves_nothing_queued() -> None:
         with served(max_waiting=2, n_slots=1, delay_s=0.002) as model:
             eng = model.engine.engine
             blocker = await fake_surface(model, RequestContext("a"), ["a"], max_new=200)
-            await wait_until(lambda: eng.stats.snapshot()["running"] == 1)  # in its slot: the queue is empty
+            await wait_for_async(lambda: eng.stats.snapshot()["running"] == 1)  # in its slot: the queue is empty
             with pytest.raises(ApiError) as err:
                 await fake_surface(model, RequestContext("b"), ["b"], n=3, max_new=200)  # third run over the queue
             assert err.value.type == "overloaded" and err.value.retry_after is not None
             blocker.close()
-            await wait_until(lambda: not eng.scheduler.has_work)  # the runs admitted before the refusal: aborted
+            await wait_for_async(lambda: not eng.scheduler.has_work)  # the runs admitted before the refusal: aborted
             assert eng.stats.snapshot()["requests_cancelled"] == 3
 
     asyncio.run(main())
@@ -153,7 +147,7 @@ def test_silence_gives_a_heartbeat_cue_and_leaving_aborts() -> None:
             assert None in seen  # 50 ms per step: the 1 ms timer fired before a token came
             await events.aclose()
             eng = model.engine.engine
-            await wait_until(lambda: not eng.scheduler.has_work)
+            await wait_for_async(lambda: not eng.scheduler.has_work)
             assert eng.stats.snapshot()["requests_cancelled"] == 1
 
     asyncio.run(main())

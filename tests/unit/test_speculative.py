@@ -15,7 +15,8 @@ from sluicegate.engine.scheduler import Scheduler, Seq
 from sluicegate.engine.speculative import accepted, propose
 from sluicegate.serving.models import ServedModel
 from sluicegate.serving.openai_common import fingerprint
-from tests.unit.test_engine import Collector, Runner, engine, req, run, wait_for
+from sluicegate.testing.wait import wait_for
+from tests.unit.test_engine import Collector, Runner, engine, req, run
 
 SPEC = SchedulerConfig(speculative_ngram=4)
 REPEAT = "the cat sat on the mat. " * 6

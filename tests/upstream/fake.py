@@ -19,6 +19,7 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.backends.reference import ReferenceRunner
+from sluicegate.testing.wait import wait_for
 
 # Behaviours: ok, status:503 (any status), slow_first (200, then nothing until the client leaves), hang (no
 # answer until the client leaves), drop (one token, then the connection breaks), malformed, no_usage,
@@ -126,11 +127,13 @@ def serve(app: ASGIApp, *, ready_path: str | None = None, ready_timeout: float =
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + ready_timeout
-    while not server.started or (ready_path and not _ok(url + ready_path)):
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError(f"the server at {url} did not become ready")
-        time.sleep(0.02)
+
+    def ready() -> bool:
+        if not thread.is_alive():
+            raise RuntimeError(f"the server at {url} exited before it was ready")
+        return bool(server.started and (not ready_path or _ok(url + ready_path)))
+
+    wait_for(ready, ready_timeout, interval=0.02, message=f"the server at {url} to become ready")
     try:
         yield url
     finally:

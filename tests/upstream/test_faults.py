@@ -15,6 +15,7 @@ import pytest
 from sluicegate.api.app import create_app
 from sluicegate.backends.reference import ReferenceRunner
 from sluicegate.config import Config, UpstreamConfig, UpstreamTarget
+from sluicegate.testing.wait import wait_for
 from tests.upstream.fake import FakeUpstream, serve
 
 Make = Callable[..., Any]
@@ -32,7 +33,7 @@ def stack(fake: FakeUpstream, *, local: bool = False, script: tuple[str, ...] = 
                              **{"backoff_s": 0.01, **ladder})
         app = create_app(Config(upstream=cfg), lambda: ReferenceRunner(n_ctx=512, n_slots=2))
         with serve(app) as url:
-            _wait_loaded(url)
+            wait_for(lambda: _loaded(url), 60, message="the upstream model to load")
             for f in (fake, also):
                 if f is not None:
                     f.arrivals.clear()  # the start-up probe's request
@@ -42,14 +43,9 @@ def stack(fake: FakeUpstream, *, local: bool = False, script: tuple[str, ...] = 
             yield url
 
 
-def _wait_loaded(url: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        r = httpx.get(f"{url}/readyz", timeout=5)
-        if r.status_code == 200 or r.json()["error"]["code"] == "load_failed":
-            return
-        time.sleep(0.02)
-    raise AssertionError("never loaded")
+def _loaded(url: str) -> bool:
+    r = httpx.get(f"{url}/readyz", timeout=5)
+    return r.status_code == 200 or r.json()["error"]["code"] == "load_failed"
 
 
 def gen(url: str, deadline: float | None = None, **body: Any) -> httpx.Response:

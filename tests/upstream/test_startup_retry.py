@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ import uvicorn
 
 from sluicegate.api.server.run import EXIT_CANNOT_SERVE
 from sluicegate.testing.refserver import free_port, running
-from tests.jobs.helpers import wait_for
+from sluicegate.testing.wait import wait_for
 from tests.upstream.fake import FakeUpstream
 
 
@@ -52,7 +51,7 @@ def serve_on(port: int, app: FakeUpstream) -> Iterator[None]:
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: server.started, 60, "the fake upstream to listen")
+        wait_for(lambda: server.started, 60, message="the fake upstream to listen")
         yield
     finally:
         server.should_exit = True
@@ -77,14 +76,14 @@ def test_an_upstream_slow_to_start_is_checked_again_until_it_serves(tmp_path: Pa
             err = r.json()["error"]
             return r if err["code"] == "upstream_starting" and why in err["message"] else None
 
-        r = wait_for(lambda: waiting("not reachable"), 60, "/readyz to say the upstream is not reachable")
+        r = wait_for(lambda: waiting("not reachable"), 60, message="/readyz to say the upstream is not reachable")
         message = r.json()["error"]["message"]
         assert "upstream fake" in message and f"127.0.0.1:{port}" in message and "checked again in" in message
         assert int(r.headers["retry-after"]) >= 1
         fake = FakeUpstream(script=["status:503"])  # up, but not serving yet: one more 503
         with serve_on(port, fake):
             wait_for(lambda: readyz(url) is not None and readyz(url).status_code == 200,  # type: ignore[union-attr]
-                     120, "the server to become ready once the upstream serves")
+                     120, message="the server to become ready once the upstream serves")
             assert fake.completions()[:2] == ["status:503", "ok"]  # checked again after the 503
             reply = httpx.post(url + "/v1/completions", json={"model": "fake", "prompt": "hi", "max_tokens": 2},
                                timeout=60)
@@ -95,10 +94,7 @@ def test_an_upstream_slow_to_start_is_checked_again_until_it_serves(tmp_path: Pa
 def test_an_upstream_not_serving_the_named_model_exits_non_zero(tmp_path: Path) -> None:
     with running(tmp_path, "--eos-slope", "0.2") as upstream, \
             front(tmp_path, "--upstream", f"nobody={upstream.url}/v1") as (_url, proc, log):  # it serves `reference`
-        deadline = time.monotonic() + 120
-        while proc.poll() is None:
-            assert time.monotonic() < deadline, f"still running, not exited:\n{log.read_text()[-3000:]}"
-            time.sleep(0.05)
+        wait_for(lambda: proc.poll() is not None, 120, interval=0.05, message="the server to exit")
         text = log.read_text()
         assert proc.returncode == EXIT_CANNOT_SERVE, text
         assert "does not serve model nobody" in text and "upstream nobody" in text

@@ -8,7 +8,8 @@ import dataclasses
 
 from sluicegate.config import Config
 from sluicegate.tenancy.keys import Scope
-from tests.api.auth_helpers import poll_until, served
+from sluicegate.testing.wait import wait_for
+from tests.api.auth_helpers import served
 from tests.webhooks.receiver import receiver
 from tests.webhooks.slow_receiver import slow_receiver
 from tests.webhooks.test_webhooks_api import FAST, register, server, settled
@@ -26,9 +27,9 @@ def test_a_slow_endpoint_holds_up_no_other_key(db_url: str) -> None:
         assert register(s, secret_b, fast.url + "/fast").status_code == 201
         for i in range(4):
             s.srv.state.webhooks.enqueue(key_a.id, "batch.completed", {"id": f"a{i}"}, subject="a", event_id=f"e{i}")
-        poll_until(lambda: slow.count() >= 2)
+        wait_for(lambda: slow.count() >= 2)
         s.srv.state.webhooks.enqueue(key_b.id, "batch.completed", {"id": "b"}, subject="b")
-        poll_until(lambda: settled(s, secret_b, "b") is not None or all(c.ended.is_set() for c in slow.conns))
+        wait_for(lambda: settled(s, secret_b, "b") is not None or all(c.ended.is_set() for c in slow.conns))
         still_open = [not c.ended.is_set() for c in slow.conns]
         row = settled(s, secret_b, "b")
         assert row is not None and row["status"] == "delivered" and fast.count() == 1
@@ -45,7 +46,7 @@ def test_an_attempt_is_bounded_as_a_whole_and_sent_by_one_replica(db_url: str) -
             served(db_url, Config(webhooks=cfg)):
         assert register(s, secret, slow.url + "/slow").status_code == 201
         s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "t"}, subject="t")
-        poll_until(lambda: settled(s, secret, "t") is not None)
+        wait_for(lambda: settled(s, secret, "t") is not None)
         row = settled(s, secret, "t")
         assert row is not None and row["status"] == "failed" and row["attempts"] == 1
         assert "timed out" in row["log"][0]["error"] and row["log"][0]["status_code"] is None
@@ -59,7 +60,7 @@ def test_a_huge_answer_is_not_read(db_url: str) -> None:
     with slow_receiver("flood", length=256 << 20) as flood, server(db_url) as (s, key, secret):
         assert register(s, secret, flood.url + "/big").status_code == 201
         s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "h"}, subject="h")
-        poll_until(lambda: settled(s, secret, "h") is not None)
+        wait_for(lambda: settled(s, secret, "h") is not None)
         row = settled(s, secret, "h")
         assert row is not None and row["status"] == "delivered" and row["last_status_code"] == 200
         assert flood.conns[0].ended.wait(60) and flood.conns[0].outcome == "hung up"

@@ -16,8 +16,9 @@ from standardwebhooks import Webhook
 
 from sluicegate.config import Config, WebhookConfig
 from sluicegate.tenancy.keys import KeyRecord, Scope
+from sluicegate.testing.wait import wait_for
 from sluicegate.webhooks import Guard
-from tests.api.auth_helpers import Served, auth, poll_until, served
+from tests.api.auth_helpers import Served, auth, served
 from tests.webhooks.receiver import receiver
 
 FAST = WebhookConfig(allow_networks=("127.0.0.0/8",), backoff_base_s=0.01, backoff_max_s=0.05, poll_s=0.05,
@@ -59,7 +60,7 @@ def test_signed_and_retried_after_two_500s(db_url: str) -> None:
         assert [e["id"] for e in listed] == [ep["id"]] and listed[0]["secret"] is None  # shown once
         data = {"id": "batch_1", "request_counts": {"total": 3}}
         assert s.srv.state.webhooks.enqueue(key.id, "batch.completed", data, subject="batch_1", event_id="evt_b1") == 1
-        poll_until(lambda: settled(s, secret, "batch_1") is not None)
+        wait_for(lambda: settled(s, secret, "batch_1") is not None)
         assert rx.count() == 3
         hook = Webhook(ep["secret"])
         ids = set()
@@ -94,7 +95,7 @@ def test_a_retry_goes_out_when_due_however_long_the_idle_poll(db_url: str) -> No
     ) as (s, key, secret):
         assert register(s, secret, rx.url + "/hooks").status_code == 201
         assert s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "batch_2"}, subject="batch_2") == 1
-        poll_until(lambda: settled(s, secret, "batch_2") is not None)
+        wait_for(lambda: settled(s, secret, "batch_2") is not None)
         row = settled(s, secret, "batch_2")
         assert row is not None and row["status"] == "delivered"
         assert [a["status_code"] for a in row["log"]] == [500, 204]
@@ -104,7 +105,7 @@ def test_410_disables_the_endpoint(db_url: str) -> None:
     with receiver(410) as rx, server(db_url) as (s, key, secret):
         ep = register(s, secret, rx.url + "/gone").json()
         s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "batch_2"}, subject="batch_2")
-        poll_until(lambda: settled(s, secret, "batch_2") is not None)
+        wait_for(lambda: settled(s, secret, "batch_2") is not None)
         row = settled(s, secret, "batch_2")
         assert row is not None and row["status"] == "failed" and row["attempts"] == 1 and rx.count() == 1
         listed = httpx.get(f"{s.url}/v1/webhook-endpoints", headers=auth(secret), timeout=30).json()["data"]
@@ -117,7 +118,7 @@ def test_redirects_are_not_followed_and_attempts_run_out(db_url: str) -> None:
     with receiver(302, 503) as rx, server(db_url) as (s, key, secret):
         register(s, secret, rx.url + "/in")
         s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "batch_4"}, subject="batch_4")
-        poll_until(lambda: settled(s, secret, "batch_4") is not None)
+        wait_for(lambda: settled(s, secret, "batch_4") is not None)
         row = settled(s, secret, "batch_4")
         assert row is not None and row["status"] == "failed" and row["attempts"] == FAST.max_attempts
         assert [a["status_code"] for a in row["log"]] == [302, 503, 503, 503]
@@ -135,7 +136,7 @@ def test_the_checked_address_is_used_and_the_host_header_kept(db_url: str) -> No
         port = rx.url.rsplit(":", 1)[1]
         assert register(s, secret, f"http://hooks.example.test:{port}/h").status_code == 201
         s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "b"}, subject="b")
-        poll_until(lambda: rx.count() == 1)
+        wait_for(lambda: rx.count() == 1)
         assert rx.got[0].headers["host"] == f"hooks.example.test:{port}"
 
 
@@ -153,7 +154,7 @@ def test_the_address_is_checked_again_at_every_attempt(db_url: str) -> None:
         assert register(s, secret, f"http://hooks.example.test:{port}/h").status_code == 201
         answers["hooks.example.test"] = "10.9.8.7"  # now private, and not allow-listed
         s.srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": "b"}, subject="rebind")
-        poll_until(lambda: settled(s, secret, "rebind") is not None)
+        wait_for(lambda: settled(s, secret, "rebind") is not None)
         row = settled(s, secret, "rebind")
         assert row is not None and row["status"] == "failed" and rx.count() == 0
         assert all("non-public" in a["error"] and a["status_code"] is None for a in row["log"])
@@ -213,5 +214,5 @@ def test_two_replicas_send_each_attempt_once(db_url: str) -> None:
         for i, ev in enumerate(events):  # half queued through each replica
             (s if i % 2 else s2).srv.state.webhooks.enqueue(key.id, "batch.completed", {"id": ev}, subject="two",
                                                             event_id=ev)
-        poll_until(lambda: sum(d["status"] == "delivered" for d in log_of(s, secret, "two")) == len(events))
+        wait_for(lambda: sum(d["status"] == "delivered" for d in log_of(s, secret, "two")) == len(events))
         assert sorted(g.headers["webhook-id"] for g in rx.got) == sorted(events)

@@ -20,7 +20,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from types import TracebackType
 import httpx
 
 from sluicegate.testing.refserver import free_port
+from sluicegate.testing.wait import wait_for
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 HAPROXY_CFG = DEPLOY / "haproxy.cfg"
@@ -53,19 +53,20 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
 
 def _wait(check: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path, timeout: float, what: str) -> None:
     """Until `check()` holds (a refused connection counts as not yet); fails when `proc` exits or at `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{what}: the process exited with {proc.returncode}:\n"
                                f"{log.read_text(errors='replace')[-4000:]}")
         try:
-            if check():
-                return
+            return check()
         except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} in {timeout} s")
-        time.sleep(0.1)
+            return False
+
+    try:
+        wait_for(ready, timeout, interval=0.1, message=what)
+    except AssertionError as e:
+        raise RuntimeError(str(e)) from None
 
 
 @dataclass

@@ -30,6 +30,7 @@ import httpx
 
 from sluicegate.backends.base import BatchItem, Logits
 from sluicegate.backends.reference import ReferenceRunner
+from sluicegate.testing.wait import wait_for
 
 DEFAULTS = {"ctx": 512, "slots": 8, "log_level": "warning"}  # below the flags, the environment and the file
 
@@ -131,18 +132,18 @@ def running(log_dir: Path, *args: str, timeout: float = 120.0) -> Iterator[RefSe
         )
     server = RefServer(f"http://127.0.0.1:{port}", port, proc, log_path)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
+        def ready() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(f"refserver exited with {proc.returncode}:\n{server.log()}")
             try:
-                if httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200:
-                    break
+                return httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200
             except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"refserver not ready in {timeout}s:\n{server.log()}")
-            time.sleep(0.05)
+                return False
+
+        try:
+            wait_for(ready, timeout, interval=0.05, message="the refserver to be ready")
+        except AssertionError as e:
+            raise RuntimeError(f"{e}:\n{server.log()}") from None
         yield server
     finally:
         proc.terminate()
