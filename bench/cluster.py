@@ -45,7 +45,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.dbs import postgres_database, url_string
 
-from bench.common import write_section
+from bench.report import write_section
 from sluicegate.testing.cluster import Cluster
 
 HEADING = "## Replicas behind HAProxy"

@@ -49,25 +49,7 @@ def sluicegate_server(*args: str, log: Path | None = None) -> Iterator[str]:
         proc.wait(timeout=60)
 
 
-def write_section(heading: str, text: str) -> None:
-    """Replace the docs/benchmarks.md section that starts with `heading` by `text` (append it when absent)."""
-    path = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
-    old = path.read_text()
-    start = old.find(heading)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + len(heading))
-        new = old[:start] + text + ("" if nxt < 0 else old[nxt + 1:])
-    path.write_text(new.rstrip("\n") + "\n")
-
-
 def fresh_data_dir() -> str:
     """A store of its own for a benchmark's server: no API keys, so no 401 whatever the checkout holds."""
     return tempfile.mkdtemp(prefix="sluicegate-bench-")
 
-
-def median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

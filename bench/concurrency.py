@@ -45,6 +45,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import free_port, fresh_data_dir, wait_ready
+from bench.report import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = ROOT / ".peer" / "venv" / "bin"
@@ -116,11 +117,6 @@ class Level:
     @property
     def tps(self) -> float:
         return self.tokens / self.wall if self.wall else 0.0
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))] if s else float("nan")
 
 
 async def one(c: httpx.AsyncClient, body: dict[str, object], level: Level) -> None:
@@ -286,9 +282,9 @@ def run_rounds(
                 lv = Level(kind, n)
                 asyncio.run(closed_loop(urls[kind], models[kind], lv, bodies))
                 out[kind].append(lv)
-                print(f"{kind} x{n} round {r + 1}: {lv.tps:.1f} tok/s, TTFT p50 {pct(lv.ttft, .5):.0f} ms p95 "
-                      f"{pct(lv.ttft, .95):.0f} ms, latency p50 {pct(lv.latency, .5):.0f} ms, "
-                      f"{pct(lv.tpot, .5):.2f} ms/token, errors {lv.errors}, "
+                print(f"{kind} x{n} round {r + 1}: {lv.tps:.1f} tok/s, TTFT p50 {percentile(lv.ttft, .5):.0f} ms p95 "
+                      f"{percentile(lv.ttft, .95):.0f} ms, latency p50 {percentile(lv.latency, .5):.0f} ms, "
+                      f"{percentile(lv.tpot, .5):.2f} ms/token, errors {lv.errors}, "
                       f"event loop {lv.loop_ms_per_token:.3f} ms CPU/token", flush=True)
     return out
 
@@ -338,10 +334,11 @@ def main() -> None:
             if kind != "llama-server" and peer_runs:
                 per = sorted(a.tps / b.tps for a, b in zip(runs[(kind, n)], peer_runs, strict=True) if b.tps)
                 ratio = f"{per[len(per) // 2]:.2f}x ({', '.join(f'{x:.2f}' for x in per)})"
-            per_token = f"{pct(r.tpot, .5):.2f}"
+            per_token = f"{percentile(r.tpot, .5):.2f}"
             loop = f"{r.loop_ms_per_token:.3f}" if r.loop_cpu_s else ""
-            print(f"| {n} | {kind} | {r.tps:.1f} | {per_token} | {pct(r.ttft, .5):.0f} | {pct(r.ttft, .95):.0f} | "
-                  f"{pct(r.latency, .5):.0f} | {pct(r.latency, .95):.0f} | {loop} | {ratio} |")
+            print(f"| {n} | {kind} | {r.tps:.1f} | {per_token} | {percentile(r.ttft, .5):.0f} | "
+                  f"{percentile(r.ttft, .95):.0f} | "
+                  f"{percentile(r.latency, .5):.0f} | {percentile(r.latency, .95):.0f} | {loop} | {ratio} |")
     shared_rows: list[tuple[str, Level, float]] = []
     if not args.skip_shared:
         n = args.shared_level
@@ -357,14 +354,14 @@ def main() -> None:
                 asyncio.run(closed_loop(url, model_of(url), lv, bodies))
                 after = cached_tokens(url) if ours else 0.0
             shared_rows.append((label, lv, after - before))
-            print(f"{kind} {label}: {lv.tps:.1f} tok/s, TTFT p50 {pct(lv.ttft, .5):.0f} ms, "
+            print(f"{kind} {label}: {lv.tps:.1f} tok/s, TTFT p50 {percentile(lv.ttft, .5):.0f} ms, "
                   f"cached tokens {after - before:.0f}", flush=True)
         print("\n| system prompt | server | tokens/s | TTFT p50 ms | TTFT p95 ms | latency p50 ms | "
               "prompt tokens reused |\n|---|---|---|---|---|---|---|")
         for label, lv, cached in shared_rows:
             reused = f"{cached:.0f}" if lv.server != "llama-server" else "n/a"
-            print(f"| {label} | {lv.server} | {lv.tps:.1f} | {pct(lv.ttft, .5):.0f} | "
-                  f"{pct(lv.ttft, .95):.0f} | {pct(lv.latency, .5):.0f} | {reused} |")
+            print(f"| {label} | {lv.server} | {lv.tps:.1f} | {percentile(lv.ttft, .5):.0f} | "
+                  f"{percentile(lv.ttft, .95):.0f} | {percentile(lv.latency, .5):.0f} | {reused} |")
     if args.json:
         raw = {
             "levels": [vars(lv) for lvs in runs.values() for lv in lvs],

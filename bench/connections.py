@@ -35,16 +35,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import median, write_section  # noqa: E402
+from bench.report import median, percentile, publish  # noqa: E402
 from sluicegate.testing.refserver import RefServer, running  # noqa: E402
 
 HEADING = "## Connection limits"
 GENERATE = json.dumps({"prompt": "Hello", "max_new_tokens": 1, "temperature": 0}).encode()
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def request(method: str, path: str, body: bytes = b"") -> bytes:
@@ -176,8 +171,8 @@ def main() -> int:
              "| --- | --- | --- | --- |"]
     for case, per in lat.items():
         added = median([g - q for g, q in zip(per["guarded"], per["plain"], strict=True)])
-        rows.append(f"| {case} | {median(per['plain']):.0f} / {pct(per['plain'], 0.99):.0f} | "
-                    f"{median(per['guarded']):.0f} / {pct(per['guarded'], 0.99):.0f} | {added:+.1f} µs |")
+        rows.append(f"| {case} | {median(per['plain']):.0f} / {percentile(per['plain'], 0.99):.0f} | "
+                    f"{median(per['guarded']):.0f} / {percentile(per['guarded'], 0.99):.0f} | {added:+.1f} µs |")
     text = "\n".join([
         HEADING, "",
         f"`bench/connections.py --idle {args.idle} --pushers {args.pushers} --push-mib {args.push_mib} "
@@ -185,9 +180,7 @@ def main() -> int:
         f"{platform.python_version()}: the reference server with the guarded protocol (what `serve` runs) and "
         "with uvicorn's own httptools protocol (`--plain-http`), side by side; method in the script's docstring.",
         "", *rows, ""])
-    print(text)
-    if args.write:
-        write_section(HEADING, text)
+    publish(HEADING, text, args.write)
     return 0
 
 

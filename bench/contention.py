@@ -27,8 +27,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import write_section
 from bench.concurrency import BANNED_EOS, model_of, ours, peer
+from bench.report import write_section
 
 KINDS = ("sluicegate", "sluicegate-fixed", "llama-server")
 CONDITIONS = (0, 1, 2)  # busy neighbours

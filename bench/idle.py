@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import median
 from bench.concurrency import PIDS, server
+from bench.report import median
 
 
 def tree(pid: int) -> list[int]:

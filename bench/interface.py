@@ -35,7 +35,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import free_port, fresh_data_dir, median, wait_ready, write_section  # noqa: E402
+from bench.common import free_port, fresh_data_dir, wait_ready  # noqa: E402
+from bench.report import median, percentile, publish  # noqa: E402
 from sluicegate.testing.refserver import running  # noqa: E402
 
 MIB = 1 << 20
@@ -93,11 +94,6 @@ def stages(header: str) -> dict[str, float]:
     return out
 
 
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
 def one_token(c: httpx.Client, runs: int) -> dict[str, float]:
     rows: dict[str, list[float]] = {}
     body = {"prompt": "Hello", "max_new_tokens": 1, "temperature": 0}
@@ -143,7 +139,7 @@ def refusals(c: httpx.Client, runs: int, n_ctx: int) -> list[tuple[str, int, str
             if i >= 10:
                 walls.append(wall)
                 totals.append(stages(r.headers["server-timing"])["total"])
-        out.append((name, 422, etype, median(walls), pct(walls, 0.9), median(totals)))
+        out.append((name, 422, etype, median(walls), percentile(walls, 0.9), median(totals)))
     return out
 
 
@@ -231,9 +227,7 @@ def main() -> None:
         with model_server(args.threads) as srv:
             out += run(srv, args.runs)
     text = "\n".join(out)
-    print(text)
-    if args.write:
-        write_section(HEADING, text)
+    publish(HEADING, text, args.write)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import median, sluicegate_server, write_section
+from bench.common import sluicegate_server
+from bench.report import median, percentile, publish
 
 HEADING = "## Batch jobs"
 BANNED_EOS = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>
@@ -44,11 +45,6 @@ def body(i: int, tag: str, max_tokens: int) -> dict[str, object]:
     return {"model": "smollm2-135m-instruct", "prompt": f"[{tag} {i}] Write a short note about the number {i}.",
             "max_tokens": max_tokens,
             "temperature": 0, "logit_bias": BANNED_EOS}
-
-
-def p95(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(0.95 * (len(s) - 1)))]
 
 
 async def ttft(c: httpx.AsyncClient, i: int, tag: str, max_tokens: int) -> float:
@@ -119,7 +115,7 @@ async def round_(url: str, args: argparse.Namespace, r: int) -> dict[str, float]
         await task
     if len(busy) < max(3, args.probes // 2):
         print(f"round {r}: only {len(busy)} probes ran during the job; use more --items", file=sys.stderr)
-    return {"idle_p95": p95(idle), "busy_p95": p95(busy or [float("nan")]), "engine_tps": alone, "job_tps": job}
+    return {"idle_p95": percentile(idle, 0.95), "busy_p95": percentile(busy, 0.95), "engine_tps": alone, "job_tps": job}
 
 
 def report(rows: list[dict[str, float]], args: argparse.Namespace) -> str:
@@ -158,9 +154,7 @@ def main() -> int:
                            "--batch-poll-seconds", "0.1") as url:
         rows = [asyncio.run(round_(url, args, r)) for r in range(args.rounds)]
     text = report(rows, args)
-    print(text)
-    if args.write:
-        write_section(HEADING, text)
+    publish(HEADING, text, args.write)
     return 0
 
 

@@ -34,7 +34,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import write_section  # noqa: E402
+from bench.report import percentile, publish  # noqa: E402
 from sluicegate.store.db import Store  # noqa: E402
 from sluicegate.store.migrate import upgrade  # noqa: E402
 from sluicegate.tenancy.key_cache import KeyCache  # noqa: E402
@@ -44,11 +44,6 @@ from sluicegate.testing.refserver import running  # noqa: E402
 
 HEADING = "## API keys"
 PG_ADMIN = os.environ.get("SLUICEGATE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 @contextlib.contextmanager
@@ -144,7 +139,7 @@ def over_socket(url: str, runs: int) -> tuple[list[float], list[float]]:
 
 
 def row(label: str, xs: list[float], unit: str) -> str:
-    return f"| {label} | {len(xs)} | {pct(xs, 0.5):.2f} | {pct(xs, 0.99):.2f} | {unit} |"
+    return f"| {label} | {len(xs)} | {percentile(xs, 0.5):.2f} | {percentile(xs, 0.99):.2f} | {unit} |"
 
 
 def main() -> None:
@@ -183,9 +178,7 @@ def main() -> None:
         "promise. Unknown keys are remembered for the same TTL.",
     ]
     text = "\n".join([*lines, ""])
-    print(text)
-    if args.write:
-        write_section(HEADING, text)
+    publish(HEADING, text, args.write)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import median, sluicegate_server
+from bench.common import sluicegate_server
+from bench.report import median
 
 PROMPT = "Count from one to three hundred in digits, separated by commas: 1, 2, 3,"  # greedy: runs 128 tokens
 

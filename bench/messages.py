@@ -24,7 +24,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import median, sluicegate_server, write_section  # noqa: E402
+from bench.common import sluicegate_server  # noqa: E402
+from bench.report import median, publish  # noqa: E402
 
 HEADING = "## Messages surface cost"
 MODEL = "smollm2-135m-instruct"
@@ -103,9 +104,7 @@ def main() -> None:
         "shapes Anthropic's events from the same engine outputs; what it adds is the conversion and one pydantic "
         "event per delta (chat splices text into a pre-rendered chunk).", "",
     ])
-    print(text)
-    if args.write:
-        write_section(HEADING, text)
+    publish(HEADING, text, args.write)
 
 
 if __name__ == "__main__":

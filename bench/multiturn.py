@@ -36,8 +36,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import write_section
-from bench.concurrency import BANNED_EOS, Level, model_of, pct, pooled, server
+from bench.concurrency import BANNED_EOS, Level, model_of, pooled, server
+from bench.report import percentile, publish
 
 HEADING = "## Everyday chat: short shared prompts and multi-turn conversations"
 SYSTEM = "You are a helpful assistant for session {r}. Answer in plain words, briefly, and stay on the topic."
@@ -147,7 +147,7 @@ def run_level(kinds: list[str], workload: str, n: int, rounds: int, max_tokens: 
                 out[kind].append(st)
                 share = st.cached_tokens / st.prompt_tokens if st.prompt_tokens else 0.0
                 print(f"{workload} {kind} x{n} round {r + 1}: {st.tps:.1f} tok/s, TTFT p50 "
-                      f"{pct(st.ttft, .5):.0f} ms p95 {pct(st.ttft, .95):.0f} ms, reused {share:.0%} of "
+                      f"{percentile(st.ttft, .5):.0f} ms p95 {percentile(st.ttft, .95):.0f} ms, reused {share:.0%} of "
                       f"{st.prompt_tokens} prompt tokens, errors {st.errors}", flush=True)
     return out
 
@@ -177,8 +177,9 @@ def table(workload: str, runs: dict[tuple[str, int], list[Stats]], kinds: list[s
             if kind != "llama-server" and peer_runs:
                 per = sorted(a.tps / b.tps for a, b in zip(lvs, peer_runs, strict=True) if b.tps)
                 ratio = f"{per[len(per) // 2]:.2f}x ({', '.join(f'{x:.2f}' for x in per)})"
-            rows.append(f"| {n} | {kind} | {r.tps:.1f} | {pct(r.ttft, .5):.0f} | {pct(r.ttft, .95):.0f} | "
-                        f"{pct(r.latency, .5):.0f} | {reused} | {ratio} |")
+            rows.append(f"| {n} | {kind} | {r.tps:.1f} | {percentile(r.ttft, .5):.0f} | "
+                        f"{percentile(r.ttft, .95):.0f} | "
+                        f"{percentile(r.latency, .5):.0f} | {reused} | {ratio} |")
     return "\n".join(rows)
 
 
@@ -211,9 +212,7 @@ def main() -> None:
         f"`{cmd}`: streaming chat, greedy, {args.max_tokens} tokens per reply, {args.rounds} interleaved "
         "rounds (bench/multiturn.py's docstring has the workloads).", *tables,
     ])
-    print(text)
-    if args.write:
-        write_section(HEADING, text)
+    publish(HEADING, text, args.write)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
-from bench.common import median, sluicegate_server, write_section  # noqa: E402
+from bench.common import sluicegate_server  # noqa: E402
+from bench.report import median, percentile, publish  # noqa: E402
 from sluicegate.api.routes.metrics import parse_metrics  # noqa: E402
 
 HEADING = "## Overload: deadlines and load shedding"
@@ -291,16 +292,12 @@ async def single(url: str, args: argparse.Namespace) -> Phase:
     return phase
 
 
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))] if s else float("nan")
-
-
 def burst_row(p: Phase) -> str:
     k = p.counters
-    refused = f"{len(p.refused)} ({pct(p.refused, 0.5):.0f} / {pct(p.refused, 0.99):.0f} ms)" if p.refused else "0"
+    refused = (f"{len(p.refused)} ({percentile(p.refused, 0.5):.0f} / {percentile(p.refused, 0.99):.0f} ms)"
+               if p.refused else "0")
     return (f"| {p.name} | {p.sent} | {p.in_time} ({median(p.latency) if p.latency else 0:.0f} / "
-            f"{pct(p.latency, 1.0) if p.latency else 0:.0f} ms) | {refused} | {p.expired} | {p.gave_up} "
+            f"{percentile(p.latency, 1.0) if p.latency else 0:.0f} ms) | {refused} | {p.expired} | {p.gave_up} "
             f"| {k[QUEUED]:.0f} | **{k[RUNNING]:.0f}** | {forecast_error(k)} "
             f"| {', '.join(f'{n} x {st}' for st, n in sorted(p.other.items())) or '-'} |")
 
@@ -317,7 +314,7 @@ def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], bursts: li
         k = p.counters
         computed = k["prompt_tokens_total"] + k["generated_tokens_total"]
         wasted = max(0.0, computed - p.in_time_tokens)
-        refused = (f"{len(p.refused)} ({pct(p.refused, 0.5):.1f} / {pct(p.refused, 0.99):.1f} ms; "
+        refused = (f"{len(p.refused)} ({percentile(p.refused, 0.5):.1f} / {percentile(p.refused, 0.99):.1f} ms; "
                    f"Retry-After {min(p.retry_after)}-{max(p.retry_after)} s)" if p.refused else "0")
         rows.append(
             f"| {p.name} | {p.sent / p.wall_s:.2f} | {p.sent} | {p.in_time} "
@@ -418,9 +415,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         alone = asyncio.run(single(server(stack), args))
     text = report(args, cap, phases, bursts, alone, started, load0)
-    print(text)
-    if args.write:
-        write_section(HEADING, text)
+    publish(HEADING, text, args.write)
 
 
 if __name__ == "__main__":

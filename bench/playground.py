@@ -30,16 +30,12 @@ import httpx
 from playwright.sync_api import Page, Request, sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import median, sluicegate_server
+from bench.common import sluicegate_server
+from bench.report import median, percentile
 
 CHROMIUM = os.environ.get("SLUICEGATE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 PROMPT = "Name three rivers in Europe."
 NEW = 16
-
-
-def p90(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(0.9 * (len(s) - 1)))]
 
 
 def request(model: str) -> dict[str, object]:
@@ -137,9 +133,10 @@ def main() -> None:
     print(f"reload: {len(again)} files, {sum(n for _, n in again)} bytes transferred (revalidated)")
     print("| client | TTFT median (ms) | TTFT p90 (ms) | runs |")
     print("| --- | ---: | ---: | ---: |")
-    print(f"| curl -sN | {median(curl):.0f} | {p90(curl):.0f} | {len(curl)} |")
-    print(f"| playground page (Chromium) | {median(browser_ms):.0f} | {p90(browser_ms):.0f} | {len(browser_ms)} |")
-    print(f"| httpx, kept-alive connection | {median(kept):.0f} | {p90(kept):.0f} | {len(kept)} |")
+    print(f"| curl -sN | {median(curl):.0f} | {percentile(curl, 0.9):.0f} | {len(curl)} |")
+    print(f"| playground page (Chromium) | {median(browser_ms):.0f} | {percentile(browser_ms, 0.9):.0f} "
+          f"| {len(browser_ms)} |")
+    print(f"| httpx, kept-alive connection | {median(kept):.0f} | {percentile(kept, 0.9):.0f} | {len(kept)} |")
     print(f"page / curl (medians): {median(browser_ms) / median(curl):.2f}x")
 
 

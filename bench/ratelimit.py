@@ -24,16 +24,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+from bench.report import percentile  # noqa: E402
 from sluicegate.config import RateLimitConfig  # noqa: E402
 from sluicegate.tenancy.ratelimit import InProcessRateLimiter, RateLimiter, TokenLimit  # noqa: E402
 
 LIMIT = TokenLimit(burst=10**12, tpm=10**12)  # admits everything: the admitted path is the one every request takes
 KEYS = [f"key{i}" for i in range(100)]
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 async def sample(limiter: RateLimiter, runs: int) -> list[float]:
@@ -96,7 +92,7 @@ async def main() -> None:
     print("| limiter | runs | median (us) | p99 (us) |")
     print("|---|---|---|---|")
     for name, n, xs in rows:
-        print(f"| {name} | {n} | {pct(xs, 0.5):.1f} | {pct(xs, 0.99):.1f} |")
+        print(f"| {name} | {n} | {percentile(xs, 0.5):.1f} | {percentile(xs, 0.99):.1f} |")
 
 
 if __name__ == "__main__":

@@ -32,9 +32,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import write_section
-from bench.concurrency import ROUTE, Level, body, closed_loop, model_of, ours, pct
+from bench.concurrency import ROUTE, Level, body, closed_loop, model_of, ours
 from bench.concurrency import prompt as filler_prompt
+from bench.report import percentile, publish
 
 HEADING = "## Speculative decoding (prompt lookup) at 1 client"
 PARAGRAPHS = [
@@ -97,7 +97,7 @@ def run(workloads: list[str], k: int, rounds: int, n_req: int, max_tokens: int, 
                     acc[(w, kind)] = (was[0] + after[0] - before[0], was[1] + after[1] - before[1])
                     out[w][kind].append(lv)
                     print(f"{w} {kind} round {r + 1}: {lv.tokens} tokens, {lv.tps:.1f} tok/s, "
-                          f"{pct(lv.tpot, .5):.1f} ms/token, "
+                          f"{percentile(lv.tpot, .5):.1f} ms/token, "
                           f"drafted {after[0] - before[0]:.0f}, accepted {after[1] - before[1]:.0f}, "
                           f"errors {lv.errors}", flush=True)
     return out, acc
@@ -111,8 +111,8 @@ def table(runs: Runs, drafts: Drafts) -> str:
         for kind, lvs in by_kind.items():
             drafted, accepted = drafts[(w, kind)]
             tps = sorted(lv.tps for lv in lvs)[len(lvs) // 2]
-            tpot = pct([t for lv in lvs for t in lv.tpot], .5)
-            lat = pct([t for lv in lvs for t in lv.latency], .5)
+            tpot = percentile([t for lv in lvs for t in lv.tpot], .5)
+            lat = percentile([t for lv in lvs for t in lv.latency], .5)
             rate = f"{accepted / drafted:.0%} of {drafted:.0f}" if drafted else ""
             ratio = ""
             if kind != "off":
@@ -141,9 +141,7 @@ def main() -> None:
         f"per round, {args.rounds} interleaved rounds (bench/speculative.py's docstring has the workloads).", "",
         table(runs, drafts),
     ])
-    print(text)
-    if args.write:
-        write_section(HEADING, text)
+    publish(HEADING, text, args.write)
 
 
 if __name__ == "__main__":

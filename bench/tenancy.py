@@ -44,8 +44,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import write_section  # noqa: E402
-from bench.keys import PG_ADMIN, pct  # noqa: E402
+from bench.keys import PG_ADMIN  # noqa: E402
+from bench.report import percentile, publish  # noqa: E402
 from sluicegate.store.db import Store  # noqa: E402
 from sluicegate.store.migrate import upgrade  # noqa: E402
 from sluicegate.tenancy.idempotency import IdempotencyStore, StoredAnswer  # noqa: E402
@@ -169,14 +169,14 @@ def run_setup(tmp: Path, label: str, plain_db: str, tenancy_db: str, flags: list
 
     def row(name: str, what: str) -> str:
         wall, srv = m[name], m[name + "_srv"]
-        return (f"| {label} | {what} | {len(wall)} | {pct(wall, 0.5):.3f} | {pct(wall, 0.99):.3f} "
-                f"| {pct(srv, 0.5):.3f} | {pct(srv, 0.99):.3f} |")
+        return (f"| {label} | {what} | {len(wall)} | {percentile(wall, 0.5):.3f} | {percentile(wall, 0.99):.3f} "
+                f"| {percentile(srv, 0.5):.3f} | {percentile(srv, 0.99):.3f} |")
 
     def stage(name: str, what: str) -> str:
         xs = m[name]
-        return f"| {label} | {what} | {len(xs)} | | | {pct(xs, 0.5):.3f} | {pct(xs, 0.99):.3f} |"
+        return f"| {label} | {what} | {len(xs)} | | | {percentile(xs, 0.5):.3f} | {percentile(xs, 0.99):.3f} |"
 
-    TARGETS.append((label, pct(m["added"], 0.5)))
+    TARGETS.append((label, percentile(m["added"], 0.5)))
     return [
         row("plain", "plain: no key, no limit, no Idempotency-Key"),
         row("tenancy", "key + limit + new Idempotency-Key"),
@@ -241,7 +241,7 @@ def statement_rows(label: str, url: str, runs: int) -> list[str]:
         m = statements(url, runs, relaxed)
         how = "relaxed engine (shipped)" if relaxed else "the store's ordinary engine"
         rows.append(f"| {label} | {how} | " + " | ".join(
-            f"{pct(m[k], 0.5):.3f} / {pct(m[k], 0.99):.3f}" if k in m else ""
+            f"{percentile(m[k], 0.5):.3f} / {percentile(m[k], 0.99):.3f}" if k in m else ""
             for k in ("here", "claim", "complete", "replay")) + " |")
     return rows
 
@@ -313,9 +313,7 @@ def main() -> None:
         "",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_section(HEADING, text)
+    publish(HEADING, text, args.write)
 
 
 if __name__ == "__main__":

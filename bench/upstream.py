@@ -27,7 +27,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import free_port, fresh_data_dir, wait_ready, write_section
+from bench.common import free_port, fresh_data_dir, wait_ready
+from bench.report import percentile, publish
 
 HEADING = "## Upstream hop overhead"
 BANNED_EOS = {"0": -100, "2": -100}  # the default model's <|endoftext|>, <|im_end|>
@@ -83,11 +84,6 @@ async def level(url: str, model: str, clients: int, requests: int, max_tokens: i
     return out
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--levels", default="1,16")
@@ -108,11 +104,12 @@ def main() -> int:
                     got[name] += asyncio.run(level(url, model, n, a.requests, a.max_tokens, f"{name}{r}",
                                                    a.reference))
             d, f = got["direct"], got["front"]
-            dt, ft = [x[0] for x in d], [x[0] for x in f]
-            dl, fl = [x[1] for x in d], [x[1] for x in f]
-            rows.append(f"| {n} | {len(f)} | {pct(dt, .5):.1f} | {pct(ft, .5):.1f} | {pct(ft, .5) - pct(dt, .5):+.1f} "
-                        f"| {pct(ft, .9) - pct(dt, .9):+.1f} | {pct(dl, .5):.1f} | {pct(fl, .5):.1f} "
-                        f"| {pct(fl, .5) - pct(dl, .5):+.1f} |")
+            dt, ft = [x[0] * 1e3 for x in d], [x[0] * 1e3 for x in f]  # ms
+            dl, fl = [x[1] * 1e3 for x in d], [x[1] * 1e3 for x in f]
+            p = percentile
+            rows.append(f"| {n} | {len(f)} | {p(dt, .5):.1f} | {p(ft, .5):.1f} | {p(ft, .5) - p(dt, .5):+.1f} "
+                        f"| {p(ft, .9) - p(dt, .9):+.1f} | {p(dl, .5):.1f} | {p(fl, .5):.1f} "
+                        f"| {p(fl, .5) - p(dl, .5):+.1f} |")
     backend = "reference backend (smoke only)" if a.reference else "SmolLM2-135M Q4_1, 2 threads, 16 slots"
     text = "\n".join([
         HEADING, "",
@@ -122,9 +119,7 @@ def main() -> int:
         "| latency via front p50 | added |",
         "|---|---|---|---|---|---|---|---|---|", *rows, "",
     ])
-    print(text)
-    if not a.no_write:
-        write_section(HEADING, text)
+    publish(HEADING, text, not a.no_write)
     return 0
 
 
