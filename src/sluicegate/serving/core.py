@@ -1,6 +1,6 @@
 """The serving core every surface shares: admission checks, fan-out to engine runs, collection, refusals.
 
-A surface (generate, chat, completions, and the coming predictions and batch items) is an adapter: it parses
+A surface (generate, chat, completions, predictions; batch items run through the same ones) is an adapter: it parses
 its protocol model, converts it once to token ids and one `SamplingParams`, and shapes the result. Everything
 between is here, so every surface gets the same rules:
 

@@ -1,6 +1,9 @@
-"""Who may call and what they used: API keys (format, storage, the cached lookup) and the usage ledger.
+"""Who may call and what they used: API keys (format, storage, the cached lookup), the usage ledger, the
+monthly token budget (budget.py), rate limits (ratelimit/: token buckets in-process or on Redis) and idempotency
+keys (idempotency.py, with the claims on SQLite and Postgres in sqlite_claims.py and pg_claims.py).
 
-Below `api/`, above `store/`; nothing here knows HTTP. Rate limits and idempotency join this package.
+Below `api/`, above `store/`; it never imports `api/`. One known exception to "no HTTP here": the rate limiter's
+refusal is raised as `serving.errors.ApiError` (docs/architecture.md, "Known debt").
 """
 
 from sluicegate.tenancy.key_cache import KeyCache
