@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 ARGS ?=
 
-.PHONY: install serve test lint typecheck bench openapi clean
+.PHONY: install serve test lint typecheck imports bench openapi clean
 
 install: $(STAMP)
 
@@ -25,6 +25,7 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(ARGS)
 
 lint: $(STAMP)
@@ -32,6 +33,10 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(PY) -m mypy
+
+# The layer contracts in pyproject.toml's [tool.importlinter] (docs/architecture.md, "Layers").
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	$(PY) bench/lifecycle.py

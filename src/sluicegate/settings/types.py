@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from sluicegate.hostnames import parse_pattern
+
 Parse = Callable[[Any], Any]
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
@@ -124,8 +126,6 @@ def log_format(value: Any) -> str:
 
 def host_pattern(value: Any) -> str:
     """One `--allowed-hosts` entry: `*`, `*.example.com`, a host name or an IP address."""
-    from sluicegate.api.middleware.trusted_host import parse_pattern
-
     return parse_pattern(str(value))
 
 

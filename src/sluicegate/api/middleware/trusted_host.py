@@ -15,7 +15,6 @@ It sits inside the request-context middleware, so the refusal carries the reques
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.request_context import context_of
+from sluicegate.hostnames import normal_host, parse_pattern
 from sluicegate.serving.errors import ApiError
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 _WILDCARD_BINDS = ("", "0.0.0.0", "::", "[::]", "*")
-_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 
 
 def is_loopback(host: str) -> bool:
@@ -43,25 +42,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def _normal(name: str) -> str | None:
-    """A host name or IP literal in one spelling (lower case, no trailing dot, IPv6 without brackets and
-    compressed), or None when it is neither."""
-    name = name.lower()
-    if name.startswith("[") and name.endswith("]"):
-        try:
-            return str(ipaddress.IPv6Address(name[1:-1]))
-        except ValueError:
-            return None
-    try:
-        return str(ipaddress.ip_address(name))
-    except ValueError:
-        pass
-    name = name[:-1] if name.endswith(".") else name
-    if not name or len(name) > 253 or not all(_LABEL.match(label) for label in name.split(".")):
-        return None
-    return name
 
 
 def host_name(header: bytes) -> str | None:
@@ -76,28 +56,11 @@ def host_name(header: bytes) -> str | None:
         host, rest = text[: end + 1], text[end + 1 :]
         if end < 0 or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
             return None
-        return _normal(host)
+        return normal_host(host)
     host, colon, port = text.partition(":")
     if colon and not (port.isdigit() and port.isascii()):
         return None
-    return _normal(host)
-
-
-def parse_pattern(text: str) -> str:
-    """One `--allowed-hosts` entry, normalised: `*` (any host), `*.example.com` (its subdomains), or a name
-    or IP address (`[::1]` and `::1` alike). Raises ValueError for anything else."""
-    text = text.strip()
-    if text == "*":
-        return text
-    if text.startswith("*."):
-        rest = _normal(text[2:])
-        if rest is None or ":" in rest:
-            raise ValueError(f"not a host pattern: {text!r}")
-        return "*." + rest
-    name = _normal(text)
-    if name is None:
-        raise ValueError(f"not a host name or IP address: {text!r}")
-    return name
+    return normal_host(host)
 
 
 class HostRule:
