@@ -36,6 +36,7 @@ from sluicegate.api.routes import (
     openai,
     playground,
     predictions,
+    responses,
     tokenize,
     usage,
     webhooks,
@@ -49,6 +50,7 @@ from sluicegate.protocol.batches import BatchCreateRequest
 from sluicegate.protocol.generate import GenerateRequest
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_completions import CompletionRequest
+from sluicegate.protocol.openai_responses import ResponseCreateRequest
 from sluicegate.protocol.predictions import PredictionRequest
 from sluicegate.protocol.tokenize import DetokenizeRequest, TokenizeRequest
 from sluicegate.protocol.webhooks import WebhookEndpointCreate
@@ -57,7 +59,7 @@ from sluicegate.store.db import Store
 REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest,
                                          PredictionRequest, WebhookEndpointCreate, BatchCreateRequest,
                                          TokenizeRequest, DetokenizeRequest, KeyCreate, KeyUpdate, MessagesRequest,
-                                         CountTokensRequest]
+                                         CountTokensRequest, ResponseCreateRequest]
 
 
 def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None,
@@ -88,6 +90,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(generate.router)
     app.include_router(openai.router)
     app.include_router(anthropic.router)
+    app.include_router(responses.router)
     app.include_router(usage.router)
     app.include_router(predictions.router)
     app.include_router(webhooks.router)

@@ -278,3 +278,18 @@ class WebhookDelivery(Base):
     log: Mapped[str] = mapped_column(Text)  # every attempt as JSON: [{at, status_code, error, duration_ms}]
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     delivered_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
+class ResponseRecord(Base):
+    """One stored response (`/v1/responses`, `store: true`): the response as answered and every input item the
+    model read for it (a continued conversation's history first), retrievable by the key that made it."""
+
+    __tablename__ = "responses"
+    __table_args__ = (Index("ix_responses_key_id_created_at", "key_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # `resp_...`
+    key_id: Mapped[str] = mapped_column(String(32))  # the API key's id; "" while auth is off
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    model: Mapped[str] = mapped_column(String(300))  # `name@version` that answered
+    body: Mapped[str] = mapped_column(Text)  # the response object as JSON, exactly as answered
+    items: Mapped[str] = mapped_column(Text)  # the input items as a JSON array, in the order the model read them

@@ -60,6 +60,7 @@ ROUTE_RULES: tuple[Rule, ...] = (
     Rule("/v1/completions", KeyScope.GENERATE, metered=True),
     Rule("/v1/messages/count_tokens", KeyScope.GENERATE),  # before its parent: it creates no work
     Rule("/v1/messages", KeyScope.GENERATE, metered=True),
+    Rule("/v1/responses", KeyScope.GENERATE, metered=True),  # stored responses: read and deleted by their key
     Rule("/v1/predictions", KeyScope.GENERATE, metered=True),
     Rule("/tokenize", KeyScope.GENERATE),
     Rule("/detokenize", KeyScope.GENERATE),

@@ -27,6 +27,7 @@ WORK_ROUTES: Mapping[str, bool] = {
     "/v1/predictions": False,
     "/v1/chat/completions": True,
     "/v1/completions": True,
+    "/v1/responses": True,
     "/v1/messages": False,  # rendered in Anthropic's shape by api/anthropic_errors.py
 }
 _NAMES = frozenset(key.encode() for key, _, _ in deadline.HEADERS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ValidationError
@@ -131,11 +131,20 @@ async def text_completions(request: Request) -> Response:
     return await serve(request, CompletionRequest, openai_completions.completion_refusal, completions)
 
 
+class Surface(Protocol):
+    """A serving adapter (serving.openai_chat, serving.openai_completions, a Responses surface): `prepare`
+    starts the runs and returns a plan with `.runs`; `stream` yields its items; `complete` its one answer."""
+
+    async def prepare(self, model: ServedModel, req: Any, ctx: Any) -> Any: ...
+    def stream(self, model: ServedModel, plan: Any, ctx: Any) -> Any: ...
+    async def complete(self, model: ServedModel, plan: Any, ctx: Any) -> BaseModel: ...
+
+
 async def serve(
     request: Request,
     schema: type[M],
     refuse: Callable[[Mapping[str, Any]], Refusal | None],
-    surface: ModuleType,  # serving.openai_chat or serving.openai_completions: prepare, stream, complete
+    surface: Surface | ModuleType,  # serving.openai_chat, serving.openai_completions, an adapter object
     *,
     render: Render = openai_error_response,
     render_event: Callable[[ApiError, str], dict[str, Any]] = openai_envelope,
