@@ -40,7 +40,7 @@ def test_schema_states_and_the_refusal(empty_db_url: str) -> None:
     store = Store.open(empty_db_url)
     try:
         state = schema_state(store.engine)
-        assert state.status is SchemaStatus.EMPTY and state.head == head_revision() == "0007"
+        assert state.status is SchemaStatus.EMPTY and state.head == head_revision() == "0008"
         message = state.refusal(empty_db_url)
         assert message is not None and f"sluicegate db upgrade --database-url {display_url(empty_db_url)}" in message
         upgrade(empty_db_url, "0001")
@@ -49,7 +49,7 @@ def test_schema_states_and_the_refusal(empty_db_url: str) -> None:
         assert "is at revision 0001" in (state.refusal(empty_db_url) or "")
         assert upgrade(empty_db_url).status is SchemaStatus.CURRENT
         assert schema_state(store.engine).refusal(empty_db_url) is None
-        assert upgrade(empty_db_url).current == "0007"  # idempotent
+        assert upgrade(empty_db_url).current == "0008"  # idempotent
         with store.engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
         state = schema_state(store.engine)
