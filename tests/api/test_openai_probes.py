@@ -24,3 +24,16 @@ def test_openai_probes_pass_strictly() -> None:
     assert [r.probe.name for r in results if r.echoed] == []
     assert [(r.probe.name, r.status, r.error_type) for r in results if not r.passed(True)] == []
     assert totals(results).passed_strict == len(probes)
+
+
+def test_responses_probes_pass_strictly() -> None:
+    probes = all_probes(ProbeOptions(model="reference"), only=["responses"])
+    assert len(probes) >= 60 and sum(p.refuses for p in probes) >= 40
+    with make_client() as c:
+        wait_ready(c)
+        results = run_probes(c, probes)
+    assert [r.probe.name for r in results if r.server_error] == []
+    assert [r.probe.name for r in results if r.silently_accepted] == []
+    assert [r.probe.name for r in results if r.echoed] == []
+    assert [(r.probe.name, r.status, r.error_type) for r in results if not r.passed(True)] == []
+    assert totals(results).passed_strict == len(probes)

@@ -5,7 +5,8 @@ AuthenticationError, 403 PermissionDeniedError, 404 NotFoundError, 422 Unprocess
 RateLimitError, >=500 InternalServerError), and reads `type`, `code` and `param` from the body. So on these
 routes every 400/422 of ours is a 400 `invalid_request_error` whose `code` is our specific kind (our `code`
 for a generic `invalid_request`, else our `type`, e.g. `context_length_exceeded` as OpenAI spells it); an
-unknown model is 404 `invalid_request_error` / `model_not_found`; everything else keeps its status and type.
+unknown model is 404 `invalid_request_error` / `model_not_found`, an unknown stored response 404
+`invalid_request_error` / `response_not_found`; everything else keeps its status and type.
 The body keeps one shape everywhere, `request_id` included; this module only maps.
 """
 
@@ -23,6 +24,8 @@ def openai_view(exc: ApiError) -> tuple[int, str, str | None]:
     """(status, type, code) of an error as the OpenAI-compatible routes render it."""
     if exc.type == "model_not_found":
         return 404, "invalid_request_error", "model_not_found"
+    if exc.type == "not_found":  # a stored object (a response) this key does not have, as OpenAI answers it
+        return 404, "invalid_request_error", exc.code or "not_found"
     if exc.status in (400, 422):
         return (
             400,

@@ -412,7 +412,8 @@ def http_probes(opts: ProbeOptions) -> list[Probe]:
 
 _PROVIDERS: dict[str, ProbeProvider] = {}
 # imported by all_probes() when present
-EXTRA_MODULES = ("sluicegate.contract.probes_openai", "sluicegate.contract.probes_anthropic")
+EXTRA_MODULES = ("sluicegate.contract.probes_openai", "sluicegate.contract.probes_anthropic",
+                 "sluicegate.contract.probes_responses")
 
 
 def register(surface: str, provider: ProbeProvider) -> ProbeProvider:
