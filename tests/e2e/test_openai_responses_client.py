@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import jsonschema
 import openai
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from sluicegate.contract.probe_runner import run_probes, totals
 from sluicegate.contract.probes import ProbeOptions, all_probes
@@ -47,7 +47,7 @@ def test_create_and_retrieve(client: openai.OpenAI) -> None:
 
 def test_stream_helpers_and_final_response(client: openai.OpenAI) -> None:
     kw: dict[str, Any] = {"model": MODEL, "input": "What is the capital of Italy? Answer in one word.",
-                          "max_output_tokens": 200, "temperature": 0, "store": False}
+                          "max_output_tokens": 40, "temperature": 0, "store": False}
     whole = client.responses.create(**kw)
     assert whole.status == "completed", whole
     deltas: list[str] = []
@@ -64,14 +64,14 @@ def test_stream_helpers_and_final_response(client: openai.OpenAI) -> None:
 
 
 class City(BaseModel):
-    name: str
-    country: str
-    population_millions: int
+    name: str = Field(max_length=24)
+    country: Literal["France", "Italy", "Spain"]
+    founded_century: int = Field(ge=-10, le=21)
 
 
 def test_parse_into_a_pydantic_model(client: openai.OpenAI) -> None:
     out = client.responses.parse(model=MODEL, input="Describe Paris as JSON.", text_format=City,
-                                 max_output_tokens=80, temperature=0)
+                                 max_output_tokens=60, temperature=0)
     assert out.status == "completed"
     parsed = out.output_parsed
     assert isinstance(parsed, City) and parsed.name
