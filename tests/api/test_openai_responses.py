@@ -203,3 +203,25 @@ def test_stored_per_key(db_url: str) -> None:
         again = httpx.post(f"{s.url}{URL}", json={**body, "previous_response_id": rid}, headers=auth(a), timeout=60)
         assert again.status_code == 200, again.text
         assert httpx.delete(f"{s.url}{URL}/{rid}", headers=auth(a), timeout=30).status_code == 200
+
+
+def test_idempotency_key_replays_and_deadline_header_is_read(client: TestClient) -> None:
+    headers = {"Idempotency-Key": "resp-1"}
+    first = client.post(URL, json={"model": "reference", "input": "Hi", "max_output_tokens": 3}, headers=headers)
+    again = client.post(URL, json={"model": "reference", "input": "Hi", "max_output_tokens": 3}, headers=headers)
+    assert first.status_code == again.status_code == 200
+    assert again.headers["idempotent-replayed"] == "true" and again.json() == first.json()
+    other = client.post(URL, json={"model": "reference", "input": "Bye", "max_output_tokens": 3}, headers=headers)
+    assert other.status_code == 400 and other.json()["error"]["param"] == "Idempotency-Key"
+    bad = client.post(URL, json={"model": "reference", "input": "Hi"}, headers={"X-Request-Timeout": "soon"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "X-Request-Timeout"
+
+
+def test_huge_and_deeply_nested_input_is_refused_cleanly(client: TestClient) -> None:
+    deep: Any = "x"
+    for _ in range(200):
+        deep = [deep]
+    r = create(client, input=[{"role": "user", "content": deep}])
+    assert r.status_code == 400 and "x" * 3 not in r.text
+    many = create(client, input=[{"role": "user", "content": "Hi"}] * 1025)
+    assert many.status_code == 400 and many.json()["error"]["param"] == "input"
