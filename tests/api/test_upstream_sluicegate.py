@@ -28,7 +28,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RefServer, 
 
 
 # What the hop cannot carry, refused by name (docs/upstream.md): `auto`'s grammar is no JSON schema.
-REFUSED_THROUGH_THE_HOP = {"chat:tools_auto", "messages:tools_auto", "messages:tool_choice_auto"}
+REFUSED_THROUGH_THE_HOP = {"chat:tools_auto", "messages:tools_auto", "messages:tool_choice_auto",
+                          "responses:tools_auto"}
 
 
 def test_the_probe_suite_passes_through_the_hop(pair: tuple[RefServer, RefServer]) -> None:
@@ -104,3 +105,20 @@ def test_messages_through_the_hop_are_the_same(pair: tuple[RefServer, RefServer]
         assert front["stop_sequence"] == direct["stop_sequence"] == stop
     stream = httpx.post(pair[1].url + "/v1/messages", json={**body, "stream": True}, timeout=60)
     assert stream.status_code == 200 and stream.text.endswith('event: message_stop\ndata: {"type": "message_stop"}\n\n')
+
+
+def test_responses_through_the_hop_are_the_same(pair: tuple[RefServer, RefServer]) -> None:
+    """/v1/responses goes to the upstream's chat route: the same text, JSON and named call as direct."""
+    tool = {"type": "function", "name": "clock", "parameters": {
+        "type": "object", "properties": {"tz": {"enum": ["UTC", "CET"]}}, "required": ["tz"],
+        "additionalProperties": False}}
+    for extra in ({}, {"text": {"format": {"type": "json_object"}}},
+                  {"tools": [tool], "tool_choice": {"type": "function", "name": "clock"}}):
+        body = {"model": "reference", "input": "Hi", "max_output_tokens": 40, "temperature": 0, **extra}
+        direct, front = both(pair, "/v1/responses", body)
+        strip = [{k: v for k, v in o.items() if k not in ("id", "call_id")} for o in direct["output"]]
+        assert [{k: v for k, v in o.items() if k not in ("id", "call_id")} for o in front["output"]] == strip
+        assert front["status"] == direct["status"] and front["model"] == "reference@upstream"
+    r = httpx.post(pair[1].url + "/v1/responses", json={"model": "reference", "input": "Hi", "tools": [tool]},
+                   timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
