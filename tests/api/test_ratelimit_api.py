@@ -75,6 +75,12 @@ def test_a_request_over_the_capacity_is_413_and_never_retried(db_url: str, limit
         body = {"model": "reference", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60}
         r = httpx.post(s.url + "/v1/chat/completions", json=body, headers=auth(secret))
         assert r.status_code == 413 and r.json()["error"]["param"] == "max_tokens"
+        body = {"model": "reference", "input": "hi", "max_output_tokens": 60}
+        r = httpx.post(s.url + "/v1/responses", json=body, headers=auth(secret))
+        assert r.status_code == 413 and r.json()["error"]["param"] == "max_output_tokens"
+        r = httpx.post(s.url + "/v1/responses", json={**body, "max_output_tokens": 4}, headers=auth(secret),
+                       timeout=30)
+        assert r.status_code == 200 and r.headers["x-ratelimit-limit-tokens"] == "50"
         ok = httpx.post(s.url + "/v1/generate", json=GEN, headers=auth(secret), timeout=30)
         assert ok.status_code == 200  # nothing was taken by the refusals
 
