@@ -12,8 +12,10 @@ replies, since the prompts are the same tokens):
             conversation and renders it with the new message)
   resend    each turn sends the whole conversation as items (every earlier user message and the replies the
             server gave, passed back as output items), `store: false`
+  cold      as resend, but each turn's instructions carry the turn's number too, so the prefix cache holds
+            none of the prompt: what the same turn costs without the cache
 
-The two modes alternate conversation by conversation (the machine's speed drifts over minutes); every
+The modes take turns conversation by conversation (the machine's speed drifts over minutes); every
 conversation's instructions carry its own number, so no conversation reuses another's prefix cache. TTFT is
 from sending the request to the first `response.output_text.delta`, over turns 2.. (turn 1 is the same request
 in both modes); "cached" is the share of those turns' input tokens the prefix cache served
@@ -39,6 +41,7 @@ from bench.concurrency import model_of, pct, server
 
 HEADING = "## Responses: continuing by previous_response_id against resending the conversation"
 INSTRUCTIONS = "You are a helpful assistant in conversation {n}. Answer in plain words and stay on the topic."
+MODES = ("continue", "resend", "cold")
 TURNS = ["Tell me about lighthouses.", "Who kept them?", "How did they live?", "What changed with electricity?",
          "Summarise all of that.", "Thank you."]
 
@@ -69,18 +72,19 @@ def turn(c: httpx.Client, body: dict[str, Any]) -> tuple[float, dict[str, Any], 
 def conversation(c: httpx.Client, model: str, n: int, mode: str, turns: int, max_tokens: int
                  ) -> tuple[list[float], int, int, int]:
     """(TTFTs of turns 2.., input tokens and cached tokens of turns 2.., bytes of the last request)."""
-    base = {"model": model, "instructions": INSTRUCTIONS.format(n=n), "max_output_tokens": max_tokens,
-            "temperature": 0, "stream": True}
+    base = {"model": model, "max_output_tokens": max_tokens, "temperature": 0, "stream": True}
     items: list[Any] = []
     previous: str | None = None
     ttfts: list[float] = []
     inp = cached = size = 0
     for k in range(turns):
         user = {"role": "user", "content": TURNS[k % len(TURNS)]}
+        instructions = INSTRUCTIONS.format(n=f"{n}.{k}" if mode == "cold" else n)
         if mode == "continue":
-            body = {**base, "input": [user], **({"previous_response_id": previous} if previous else {})}
+            body = {**base, "instructions": instructions, "input": [user],
+                    **({"previous_response_id": previous} if previous else {})}
         else:
-            body = {**base, "input": [*items, user], "store": False}
+            body = {**base, "instructions": instructions, "input": [*items, user], "store": False}
         ttft, final, size = turn(c, body)
         items += [user, *final["output"]]
         previous = final["id"]
@@ -99,12 +103,12 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     args = ap.parse_args()
     stats: dict[str, dict[str, Any]] = {m: {"ttft": [], "inp": 0, "cached": 0, "size": []}
-                                         for m in ("continue", "resend")}
+                                         for m in MODES}
     with tempfile.TemporaryDirectory() as tmp, server("sluicegate", 1, Path(tmp) / "server.log") as url, \
             httpx.Client(base_url=url, timeout=600) as c:
         model = model_of(url)
-        for i in range(2 * args.conversations):
-            mode = ("continue", "resend")[(i + i // 2) % 2]  # continue, resend, resend, continue, ...
+        for i in range(len(MODES) * args.conversations):
+            mode = MODES[(i + i // len(MODES)) % len(MODES)]  # the first mode rotating round by round
             ttfts, inp, cached, size = conversation(c, model, i, mode, args.turns, args.max_tokens)
             s = stats[mode]
             s["ttft"] += ttfts

@@ -98,6 +98,12 @@ def test_stream_events_equal_the_whole_answer(client: TestClient) -> None:
      "unknown_function"),
     ({"input": [{"role": "assistant", "content": "hi"}]}, "input", "unsupported_value"),
     ({"max_output_tokens": 100_000}, "max_output_tokens", "context_length_exceeded"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}, "text.format.schema",
+     "unsupported_schema"),
+    ({"tools": [{"type": "function", "name": "f", "parameters": {"type": 5}}], "tool_choice": "required"},
+     "tools", "unsupported_schema"),
+    ({"tools": [{"type": "function", "name": "f", "parameters": {"type": 5}}],
+      "tool_choice": {"type": "function", "name": "f"}}, "tools[0].parameters", "unsupported_schema"),
 ])
 def test_refusals_name_the_parameter(client: TestClient, body: dict[str, Any], param: str, code: str | None) -> None:
     r = create(client, **body)
