@@ -64,7 +64,7 @@ async def read_openai(
     return parsed
 
 
-def _errors(*, work: bool = False) -> dict[int | str, dict[str, Any]]:
+def errors_doc(*, work: bool = False) -> dict[int | str, dict[str, Any]]:
     """The error responses; `work`: a route that creates work, so its deadline can pass (504)."""
     return {
         status: {"model": ErrorEnvelope, "description": text}
@@ -82,7 +82,7 @@ def _errors(*, work: bool = False) -> dict[int | str, dict[str, Any]]:
     }
 
 
-def _body(name: str) -> dict[str, Any]:
+def body_doc(name: str) -> dict[str, Any]:
     return {
         "requestBody": {
             "required": True,
@@ -101,7 +101,7 @@ _SSE_EVENT = {
         "data": {"type": "string", "description": "a chunk as JSON, the error envelope, or `[DONE]` (always last)"},
     },
 }
-_STREAM_DOC = {
+STREAM_DOC = {
     "200": {
         "content": {"text/event-stream": {"schema": _SSE_EVENT}},
         "description": "with stream: true, chunks as server-sent events, then `data: [DONE]`",
@@ -113,8 +113,8 @@ _STREAM_DOC = {
     "/v1/chat/completions",
     response_model=ChatCompletion,
     summary="OpenAI-compatible chat completion",
-    openapi_extra={**_body("ChatCompletionRequest"), "responses": _STREAM_DOC, **work_doc()},
-    responses=_errors(work=True),
+    openapi_extra={**body_doc("ChatCompletionRequest"), "responses": STREAM_DOC, **work_doc()},
+    responses=errors_doc(work=True),
 )
 async def chat_completions(request: Request) -> Response:
     return await serve(request, ChatCompletionRequest, openai_chat.chat_refusal, chat)
@@ -124,8 +124,8 @@ async def chat_completions(request: Request) -> Response:
     "/v1/completions",
     response_model=Completion,
     summary="OpenAI-compatible text completion",
-    openapi_extra={**_body("CompletionRequest"), "responses": _STREAM_DOC, **work_doc()},
-    responses=_errors(work=True),
+    openapi_extra={**body_doc("CompletionRequest"), "responses": STREAM_DOC, **work_doc()},
+    responses=errors_doc(work=True),
 )
 async def text_completions(request: Request) -> Response:
     return await serve(request, CompletionRequest, openai_completions.completion_refusal, completions)
@@ -204,7 +204,7 @@ def _model_object(served: ServedModel) -> OpenAIModel:
 
 
 @router.get(
-    "/v1/models", response_model=ModelList, summary="The served models, OpenAI-shaped", responses=_errors()
+    "/v1/models", response_model=ModelList, summary="The served models, OpenAI-shaped", responses=errors_doc()
 )
 async def list_models(request: Request) -> Response:
     ctx = context_of(request.scope)
@@ -218,7 +218,7 @@ async def list_models(request: Request) -> Response:
     "/v1/models/{model_id}",
     response_model=ModelDetails,
     summary="One model: OpenAI's fields, then versions, digest, window, every limit, schemas, defaults",
-    responses=_errors(),
+    responses=errors_doc(),
 )
 async def get_model(request: Request, model_id: str) -> Response:
     ctx = context_of(request.scope)

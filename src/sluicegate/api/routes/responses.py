@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.api.routes.common import work_doc
-from sluicegate.api.routes.openai import _STREAM_DOC, _body, _errors, serve
+from sluicegate.api.routes.openai import STREAM_DOC, body_doc, errors_doc, serve
 from sluicegate.api.state import app_state
 from sluicegate.api.validation import plain_name
 from sluicegate.protocol.openai_responses import (
@@ -99,7 +99,15 @@ class _Surface:
         return await surface.complete(model, plan, ctx, self.conversation)
 
 
-_RESPONSES_STREAM_DOC = {"200": {**_STREAM_DOC["200"], "description": "with stream: true, the typed events "
+def _store_errors() -> dict[int | str, dict[str, Any]]:
+    """The error responses of the stored-response routes."""
+    out = errors_doc()
+    out[404] = {**out[404], "description": "response_not_found: this key has no stored response with that id"}
+    out[503] = {**out[503], "description": "store_unavailable: the store cannot be read right now"}
+    return out
+
+
+_RESPONSES_STREAM_DOC = {"200": {**STREAM_DOC["200"], "description": "with stream: true, the typed events "
                                  "(`response.created` ... `response.completed`) as server-sent events, each "
                                  "with `type` and `sequence_number`, then `data: [DONE]`"}}
 
@@ -108,8 +116,8 @@ _RESPONSES_STREAM_DOC = {"200": {**_STREAM_DOC["200"], "description": "with stre
     "/v1/responses",
     response_model=ResponseObject,
     summary="OpenAI-compatible Responses API (served as a chat completion)",
-    openapi_extra={**_body("ResponseCreateRequest"), "responses": _RESPONSES_STREAM_DOC, **work_doc()},
-    responses=_errors(work=True),
+    openapi_extra={**body_doc("ResponseCreateRequest"), "responses": _RESPONSES_STREAM_DOC, **work_doc()},
+    responses=errors_doc(work=True),
 )
 async def create_response(request: Request) -> Response:
     return await serve(request, ResponseCreateRequest, responses_refusal, _Surface(app_state(request).store))
@@ -129,7 +137,7 @@ def _check_id(response_id: str) -> None:
 
 
 @router.get("/v1/responses/{response_id}", response_model=ResponseObject, summary="A stored response",
-            description="Only the key that made it sees it; any other gets 404.", responses=_errors())
+            description="Only the key that made it sees it; any other gets 404.", responses=_store_errors())
 async def get_response(request: Request, response_id: str) -> Response:
     ctx = context_of(request.scope)
     try:
@@ -142,7 +150,7 @@ async def get_response(request: Request, response_id: str) -> Response:
 
 
 @router.delete("/v1/responses/{response_id}", response_model=ResponseDeleted, summary="Delete a stored response",
-               responses=_errors())
+               responses=_store_errors())
 async def delete_response(request: Request, response_id: str) -> Response:
     ctx = context_of(request.scope)
     try:
@@ -164,7 +172,7 @@ async def delete_response(request: Request, response_id: str) -> Response:
     summary="The input items a stored response read (a continued conversation's history included)",
     description="Cursor pagination as OpenAI's lists: `limit` (1-100, default 20), `order` (`desc`, the "
                 "default: newest first; or `asc`) and `after` (an item id: the page starts after it).",
-    responses=_errors(),
+    responses=_store_errors(),
 )
 async def list_input_items(
     request: Request,
