@@ -228,3 +228,17 @@ def test_an_empty_engine_admits_a_probe_that_the_forecast_refuses() -> None:
     assert judge(slow, Load(), SHAPE, request(new=100, deadline=0.9), now=0.0, probe=True).verdict is Verdict.NEVER
     # and never for a request that would not be refused anyway
     assert not judge(SPEED, Load(), SHAPE, req, now=0.0, probe=True).probe
+
+
+def test_a_prefill_that_starts_while_a_request_runs_delays_it() -> None:
+    """The steps that carry a new prompt carry every running sequence too: a request running beside seven
+    prompts waiting to be prefilled ends later, by their cost, than one running alone."""
+    from sluicegate.engine.forecast import plan
+
+    alone, _ = plan(SPEED, running(1, 100), SHAPE, 0.0)
+    crowded = Load([Work(0, 100, key="run0")], [Work(500, 100, key=f"w{i}") for i in range(7)])
+    beside, _ = plan(SPEED, crowded, SHAPE, 0.0)
+    first_alone, first_beside = alone[0][1], beside[0][1]
+    step, scale = CAL.step(8), SPEED.scale(0.0, 8)
+    assert first_beside - 100 * step * scale == pytest.approx(7 * 500 * CAL.token_s * scale)
+    assert first_beside > first_alone

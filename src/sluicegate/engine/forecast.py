@@ -242,7 +242,13 @@ def _times(c: Calibration, shape: Shape, step: float, scale: float, w: Work) -> 
 def plan(speed: Speed, load: Load, shape: Shape, now: float, new: Work | None = None
          ) -> tuple[list[tuple[Work, float]], tuple[float, float, float] | None]:
     """When each request of `load` (running, then waiting in scheduling order) would finish, with `new` queued
-    behind everyone of its priority or higher; and `new`'s (start, first token, finish), all absolute."""
+    behind everyone of its priority or higher; and `new`'s (start, first token, finish), all absolute.
+
+    A prompt's prefill is not only its own request's time: the steps that carry its chunks carry every running
+    sequence's decode too, so each prefill that starts while a request runs delays that request by the prompt's
+    cost. The plan is made twice: once to learn when each request starts, then again with every request's end
+    moved by the prefills that start while it runs (a request admitted into a busy batch costs the others its
+    prefill; without this, a cold burst of 8 prompts was forecast to finish in time and did not)."""
     c = speed.calibration
     assert c is not None
     queue = sorted(load.waiting, key=lambda w: w.priority)  # stable: arrival order within a priority
@@ -251,23 +257,31 @@ def plan(speed: Speed, load: Load, shape: Shape, now: float, new: Work | None = 
         queue.insert(at, new)
     b = min(shape.n_slots, len(load.running) + len(queue))
     step, scale = c.step(b), speed.scale(now, b)
-    ends: list[tuple[Work, float]] = []
-    free = [now] * max(0, shape.n_slots - len(load.running))
-    for w in load.running:
-        end = now + _times(c, shape, step, scale, w)[1]
-        ends.append((w, end))
-        free.append(end)
-    heapq.heapify(free)
-    mine = None
-    for w in queue:
-        start = heapq.heappop(free) if free else now
-        prefill, total = _times(c, shape, step, scale, w)
-        heapq.heappush(free, start + total)
-        if w is new:
-            mine = (start, start + prefill, start + total)
-        else:
-            ends.append((w, start + total))
+    works = [*load.running, *queue]
+    stalls = [0.0] * len(works)
+    for rnd in range(2):
+        spans = _spans(c, shape, step, scale, now, len(load.running), works, stalls)
+        if rnd == 0:
+            costs = [w.prompt * c.token_s * scale for w in works]
+            stalls = [sum(costs[j] for j, (s_j, _, _) in enumerate(spans) if j != i and s_i <= s_j < e_i)
+                      for i, (s_i, _, e_i) in enumerate(spans)]
+    ends = [(w, e) for w, (_, _, e) in zip(works, spans, strict=True) if w is not new]
+    mine = next(((s_, f_, e_) for w, (s_, f_, e_) in zip(works, spans, strict=True) if w is new), None)
     return ends, mine
+
+
+def _spans(c: Calibration, shape: Shape, step: float, scale: float, now: float, n_running: int,
+           works: list[Work], stalls: list[float]) -> list[tuple[float, float, float]]:
+    """(start, first token, end) of each of `works` (the first `n_running` running), each end moved by its stall."""
+    free = [now] * max(0, shape.n_slots - n_running)
+    spans: list[tuple[float, float, float]] = []
+    for i, w in enumerate(works):
+        prefill, total = _times(c, shape, step, scale, w)
+        start = now if i < n_running else (heapq.heappop(free) if free else now)
+        end = start + total + stalls[i]
+        spans.append((start, start + prefill, end))
+        heapq.heappush(free, end)
+    return spans
 
 
 def forecast(speed: Speed, load: Load, shape: Shape, prompt_tokens: int, new_tokens: int,
