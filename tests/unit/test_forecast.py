@@ -4,12 +4,14 @@ of slots, the three verdicts, and the way back from a wrong estimate."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from sluicegate.engine import EngineRequest, Priority, SamplingParams
 from sluicegate.engine.forecast import (
     ALPHA,
+    COLD_HEADROOM,
     DECAY_S,
     HEADROOM,
     MAX_RATIO,
@@ -29,7 +31,7 @@ from sluicegate.engine.forecast import (
 
 # 10 ms a decode step of one sequence, 150 ms of 16 (the ~15x a CPU shows), 1 ms a prompt token
 CAL = Calibration(n_slots=16, step_1=0.01, step_n=0.15, token_s=0.001)
-SPEED = Speed(CAL)
+SPEED = Speed(CAL, sure=1.0)  # confirmed by recent steps (at 0): the forecast carries `HEADROOM` at time 0
 SHAPE = Shape(n_slots=16, chunk_tokens=512)
 
 
@@ -108,9 +110,28 @@ def test_a_slow_calibration_is_corrected_by_the_long_run() -> None:
         t.observe(1, 0, 0.005, now=k * 0.005)
     s = t.speed
     assert s.scale(1000.0) < 0.6 and s.best_scale(1000.0) == s.scale(1000.0)
-    never = judge(Speed(CAL), Load(), SHAPE, request(new=400, deadline=3.0), now=0.0)
+    never = judge(Speed(CAL), Load(), SHAPE, request(new=400, deadline=3.5), now=0.0)
     assert never.verdict is Verdict.NEVER  # 4 s at the calibration
-    assert judge(s, Load(), SHAPE, request(new=400, deadline=1000.0 + 3.0), now=1000.0).verdict is Verdict.FITS
+    # 2 s at the long-run speed, with the unconfirmed headroom (an engine idle that long): 3 s
+    assert judge(s, Load(), SHAPE, request(new=400, deadline=1000.0 + 3.5), now=1000.0).verdict is Verdict.FITS
+
+
+def test_an_estimate_no_step_has_confirmed_carries_more_headroom() -> None:
+    """A fresh calibration is a few seconds' measurement and a burst is judged whole before its first step: it
+    must fit with `COLD_HEADROOM`; steps at the calibrated speed bring the headroom down to `HEADROOM`, and idle
+    time brings it back up."""
+    t = Throughput()
+    t.calibrate(CAL, now=0.0)
+    assert t.speed.headroom(0.0) == pytest.approx(COLD_HEADROOM)
+    f = forecast(t.speed, Load(), SHAPE, 10, 100, Priority.INTERACTIVE)
+    assert f is not None
+    req = request(deadline=f.total_s * (1 + HEADROOM) + 0.01)  # fits a confirmed estimate, not a fresh one
+    assert judge(t.speed, Load(), SHAPE, req, now=0.0).verdict is Verdict.SHED
+    for k in range(1, 101):
+        t.observe(1, 0, 0.01, now=k * 0.01)
+    assert t.speed.headroom(1.0) < HEADROOM + 0.01
+    assert judge(replace(t.speed, at=0.0), Load(), SHAPE, req, now=0.0).verdict is Verdict.FITS
+    assert t.speed.headroom(1.0 + 3 * DECAY_S) > COLD_HEADROOM - 0.05  # idle: unconfirmed again
 
 
 def test_a_free_slot_means_no_wait_and_a_full_engine_waits_for_the_first_to_end() -> None:

@@ -32,7 +32,8 @@ earliest free slot in turn, then it does. Everyone is timed at the step of the b
 
 times `scale`. A request is admitted (`judge`) only when
 
-- its own forecast, with `HEADROOM` (10%) added, fits the time left before each of its deadlines (SHED: 503,
+- its own forecast, with the headroom added (`HEADROOM`, 10%, once recent steps confirm the estimate; up to
+  `COLD_HEADROOM`, 50%, while none has: `Speed.headroom`), fits the time left before each of its deadlines (SHED: 503,
   Retry-After); its idle forecast must fit its whole budget, or no server could answer it (NEVER: 4xx);
 - and every request already admitted (running, or waiting ahead of it) that fitted its own deadline before it
   came still fits after (SHED): a request that would enlarge the batch slows every sequence in it.
@@ -62,6 +63,8 @@ MAX_RETRY_AFTER_S = 60  # the official SDKs honour a Retry-After up to 60 s (lon
 PROBE_FACTOR = 2.0  # an empty engine admits, as a probe, a request whose idle forecast is within this of its time left
 PROBE_S = 5.0  # ... at most once in this many seconds
 HEADROOM = 0.1  # admit only a forecast this fraction inside the time left: the answer must still reach the caller
+COLD_HEADROOM = 0.5  # ... and this much while no recent step has confirmed the estimate (`Speed.headroom`)
+CONFIRM_ALPHA = 1 / 16  # each step's weight in the confirmation (16 steps: 63% confirmed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,7 @@ class Speed:
     slow_n: float = 0.0
     at: float = 0.0  # monotonic time of the last step measured
     steps: int = 0
+    sure: float = 0.0  # how far recent steps have confirmed the estimate, 0 to 1, as of `at` (`headroom`)
 
     @property
     def measured(self) -> bool:
@@ -110,6 +114,15 @@ class Speed:
         k = math.exp(-max(0.0, now - self.at) / DECAY_S)
         t1, tn = min(0.0, self.slow_1), min(0.0, self.slow_n)
         return t1 + (self.log_1 - t1) * k, tn + (self.log_n - tn) * k
+
+    def headroom(self, now: float) -> float:
+        """The fraction a forecast must fit inside the time left. `HEADROOM` once recent steps have confirmed
+        the estimate; up to `COLD_HEADROOM` while none has (a freshly started server, or one idle for a while):
+        a calibration is a few seconds' measurement, the machine may be slower by the time a burst comes (a
+        neighbour on the same cores, the burst's own requests parsed beside the engine), and a burst is judged
+        whole before its first step can correct it. Confirmation decays with idle time like the correction."""
+        sure = self.sure * math.exp(-max(0.0, now - self.at) / DECAY_S)
+        return HEADROOM + (COLD_HEADROOM - HEADROOM) * (1.0 - sure)
 
     def _weight(self, batch: int) -> float:
         c = self.calibration
@@ -156,6 +169,7 @@ class Throughput:
             s, log_1=l1 + ALPHA * (1 - w) * err, log_n=ln + ALPHA * w * err,
             slow_1=s.slow_1 + SLOW_ALPHA * (1 - w) * slow_err, slow_n=s.slow_n + SLOW_ALPHA * w * slow_err,
             at=now, steps=s.steps + 1,
+            sure=1.0 - (1.0 - s.sure * math.exp(-max(0.0, now - seconds - s.at) / DECAY_S)) * (1 - CONFIRM_ALPHA),
         )
 
 
@@ -353,11 +367,12 @@ def _displaced(speed: Speed, load: Load, shape: Shape, now: float, new: Work) ->
     after, _ = plan(speed, load, shape, now, new)
     was = {id(w): end for w, end in before}
     running = {id(w) for w in load.running}
+    headroom = speed.headroom(now)
     for w, end in after:
         if w.deadline is None or (w.priority > new.priority and id(w) not in running):
             continue  # lower-priority waiting work is scheduled after `new` by design
-        need = (end - now) * (1 + HEADROOM)
-        if need > w.deadline - now and (was[id(w)] - now) * (1 + HEADROOM) <= w.deadline - now:
+        need = (end - now) * (1 + headroom)
+        if need > w.deadline - now and (was[id(w)] - now) * (1 + headroom) <= w.deadline - now:
             return need, w.deadline - now
     return None
 
@@ -395,13 +410,14 @@ def _judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: 
     if f is None or not bounds:
         return Judgement(Verdict.FITS, forecast=f)
     shed: Judgement | None = None
+    headroom = speed.headroom(now)
     for deadline, first in bounds:
         budget, left = deadline - request.arrival, deadline - now  # the time already spent is the server's
         idle, need = (f.idle_first_token_s, f.first_token_s) if first else (f.idle_total_s, f.total_s)
         if idle > budget:
             return Judgement(Verdict.NEVER, idle, budget, first, f.wait_s, forecast=f)
-        if need * (1 + HEADROOM) > left and shed is None:
-            shed = Judgement(Verdict.SHED, need * (1 + HEADROOM), left, first, f.wait_s, forecast=f)
+        if need * (1 + headroom) > left and shed is None:
+            shed = Judgement(Verdict.SHED, need * (1 + headroom), left, first, f.wait_s, forecast=f)
     if shed is not None:
         return shed
     pushed = _displaced(speed, load, shape, now, work_of(request))
