@@ -263,3 +263,16 @@ def test_a_prefill_that_starts_while_a_request_runs_delays_it() -> None:
     step, scale = CAL.step(8), SPEED.scale(0.0, 8)
     assert first_beside - 100 * step * scale == pytest.approx(7 * 500 * CAL.token_s * scale)
     assert first_beside > first_alone
+
+
+def test_prompt_tokens_the_cache_serves_are_not_charged() -> None:
+    """A prompt sharing a long prefix with one computed lately (engine/reuse.py) is forecast at the tokens it
+    computes: admitted where its whole prompt would not fit, and the requests running beside it are charged
+    only that much of a stall."""
+    busy = running(8, 20)
+    whole = forecast(SPEED, busy, SHAPE, 1000, 20, Priority.INTERACTIVE)
+    served = forecast(SPEED, busy, SHAPE, 40, 20, Priority.INTERACTIVE)
+    assert whole is not None and served is not None and served.total_s < whole.total_s - 0.9
+    req = request(prompt=1000, new=20, deadline=served.total_s * (1 + HEADROOM) + 0.01)
+    assert judge(SPEED, busy, SHAPE, req, now=0.0).verdict is Verdict.SHED
+    assert judge(SPEED, busy, SHAPE, req, now=0.0, cached=960).verdict is Verdict.FITS

@@ -31,13 +31,14 @@ from sluicegate.engine.forecast import (
     Speed,
     Throughput,
     Verdict,
-    expected_new,
+    Work,
     judge,
     load_of,
     plan,
     work_of,
 )
 from sluicegate.engine.metrics import EngineMetrics
+from sluicegate.engine.reuse import RecentPrompts
 from sluicegate.engine.sampler import SampleRow, sample
 from sluicegate.engine.scheduler import (
     Scheduler,
@@ -112,6 +113,7 @@ class Engine:
         # request id -> (when it is forecast to end, seconds a step, new tokens expected), as of the last admission
         # that counted it: the forecast's error, once it ends
         self._forecasts: dict[str, tuple[float, float, int]] = {}
+        self._recent = RecentPrompts(2 * limits.n_slots)  # what admission expects the prefix cache to serve
         self._last_probe = -math.inf  # when an empty engine last admitted a request the forecast refused
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
@@ -144,10 +146,10 @@ class Engine:
                     self._retry_after(waiting),
                     f"{waiting} requests are waiting; the queue holds {self.scheduler.config.max_waiting}",
                 )
-            self._admit_by_deadline(request)
+            cached = self._admit_by_deadline(request)
             self._inbox.append((request, sink))
             self._inbox_tokens += n_prompt
-            self._inbox_load.waiting.append(work_of(request))
+            self._inbox_load.waiting.append(work_of(request, n_prompt - cached))
             self._lock.notify()
 
     @property
@@ -199,36 +201,41 @@ class Engine:
                  c.step_1 * 1e3, c.step_n * 1e3, n, c.token_s * 1e3)
         return c
 
-    def _admit_by_deadline(self, request: EngineRequest) -> None:
+    def _admit_by_deadline(self, request: EngineRequest) -> int:
         """Refuse (under the lock) a request the forecast says cannot meet its deadlines, or would push an
-        admitted one past its own (engine/forecast.py); keep the forecast of one admitted (its error)."""
+        admitted one past its own (engine/forecast.py); keep the forecast of one admitted (its error). Returns
+        the prompt tokens it is expected to take from the prefix cache (engine/reuse.py)."""
         if not self.scheduler.config.deadline_admission:
-            return
+            return 0
         load = self._load.copy().merge(self._inbox_load)
         shape = Shape(self.runner.limits.n_slots, self.scheduler.config.max_batch_tokens)
         now = time.monotonic()
-        j = judge(self._throughput.speed, load, shape, request, now, probe=now - self._last_probe >= PROBE_S)
+        cached = self._recent.expect(request.prompt_ids, {w.key for w in load.waiting})
+        j = judge(self._throughput.speed, load, shape, request, now, probe=now - self._last_probe >= PROBE_S,
+                  cached=cached)
         if j.probe:
             self._last_probe = now
             log.info("admitting %s as a probe: the forecast says it does not fit, but the engine is empty",
                      request.request_id)
+        if j.verdict is Verdict.FITS:
+            self._recent.remember(request.request_id, request.prompt_ids, cached)
         if j.verdict is Verdict.FITS and j.forecast is not None:
-            self._replan(load, shape, request, now, j.forecast)
+            self._replan(load, shape, work_of(request, len(request.prompt_ids) - cached), now, j.forecast)
         if j.verdict is Verdict.NEVER:
             raise DeadlineTooShort(j)
         if j.verdict is Verdict.SHED:
             with self.stats.lock:
                 self.stats.requests_shed += 1
             raise EngineOverloaded(j.retry_after, j.describe(), code="wait_exceeds_deadline")
+        return cached
 
-    def _replan(self, load: Load, shape: Shape, request: EngineRequest, now: float, f: Forecast) -> None:
-        """Keep the forecast end of every request in the engine, as admitting `request` changes them."""
-        ends, mine = plan(self._throughput.speed, load, shape, now, work_of(request))
+    def _replan(self, load: Load, shape: Shape, new: Work, now: float, f: Forecast) -> None:
+        """Keep the forecast end of every request in the engine, as admitting `new` changes them."""
+        ends, mine = plan(self._throughput.speed, load, shape, now, new)
         for w, end in ends:
             if w.key in self._forecasts:
                 self._forecasts[w.key] = (end, f.step_s, self._forecasts[w.key][2])
-        self._forecasts[request.request_id] = (now + f.total_s if mine is None else mine[2], f.step_s,
-                                               expected_new(request))
+        self._forecasts[new.key] = (now + f.total_s if mine is None else mine[2], f.step_s, new.new)
 
     def abort(self, request_id: str) -> None:
         with self._lock:
@@ -318,6 +325,7 @@ class Engine:
                 self._live.pop(request.request_id, None)
                 with self._lock:
                     self._forecasts.pop(request.request_id, None)
+                    self._recent.forget(request.request_id)
                 seq = self.scheduler.find(request.request_id)
                 if seq is not None:
                     self.scheduler.finish(seq, FinishReason.ERROR, time.monotonic())
@@ -509,6 +517,7 @@ class Engine:
         """Observe forecast / actual for a run that ended normally, the forecast taken at the tokens it made."""
         with self._lock:
             kept = self._forecasts.pop(seq.request.request_id, None)
+            self._recent.forget(seq.request.request_id)
         if kept is None or reason not in (FinishReason.EOS, FinishReason.LENGTH, FinishReason.STOP):
             return
         end, step, expected = kept
@@ -553,7 +562,7 @@ class Engine:
 
     def _publish_waiting(self) -> None:
         """What admission sees (submit): the scheduler's queue, which now holds the inbox taken before."""
-        load = load_of(self.scheduler.running, self.scheduler.waiting)
+        load = load_of(self.scheduler.running, self.scheduler.waiting, self._recent.expected)
         with self._lock:
             self._waiting_n = len(self.scheduler.waiting)
             self._waiting_tokens = self.scheduler.waiting_tokens

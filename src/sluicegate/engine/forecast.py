@@ -49,7 +49,7 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from sluicegate.engine.scheduler import Seq
@@ -221,11 +221,14 @@ def work_of(request: EngineRequest, prompt: int | None = None, made: int = 0) ->
                 request.priority, request.deadline if request.judged else None, request.request_id)
 
 
-def load_of(running: Iterable[Seq], waiting: Iterable[Seq]) -> Load:
-    """The load the scheduler's queues hold (engine thread)."""
+def load_of(running: Iterable[Seq], waiting: Iterable[Seq], cached: Mapping[str, int] | None = None) -> Load:
+    """The load the scheduler's queues hold (engine thread); `cached`: prompt tokens each waiting request is
+    expected to take from the prefix cache (engine/reuse.py)."""
+    cached = cached or {}
     return Load(
         [work_of(s.request, s.prompt_len - min(s.num_computed, s.prompt_len), len(s.output_ids)) for s in running],
-        [work_of(s.request) for s in sorted(waiting, key=lambda s: s.order)],
+        [work_of(s.request, s.prompt_len - cached.get(s.request.request_id, 0))
+         for s in sorted(waiting, key=lambda s: s.order)],
     )
 
 
@@ -378,7 +381,7 @@ def _displaced(speed: Speed, load: Load, shape: Shape, now: float, new: Work) ->
 
 
 def judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float, *,
-          probe: bool = False) -> Judgement:
+          probe: bool = False, cached: int = 0) -> Judgement:
     """Whether one run can meet its caller's deadlines (the whole answer's, and a stream's first token) without
     pushing an admitted request past its own. NEVER compares the idle forecast with the whole budget (from the
     request's arrival): time the server already spent on it (a slow tokenisation under load) makes it SHED,
@@ -387,8 +390,10 @@ def judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: f
     `probe`: the engine may admit one request it would refuse, as a measurement. Taken only on an empty engine
     (nothing else is slowed, no compute is taken from anyone) and for a request whose idle forecast is within
     `PROBE_FACTOR` of its time left: the calibration may be that wrong (taken while other work held the cores),
-    and without steps nothing corrects it (`Judgement.probe`)."""
-    j = _judge(speed, load, shape, request, now)
+    and without steps nothing corrects it (`Judgement.probe`).
+
+    `cached`: prompt tokens the prefix cache is expected to serve (engine/reuse.py): not computed, not charged."""
+    j = _judge(speed, load, shape, request, now, cached)
     if (probe and j.verdict is not Verdict.FITS and not j.displaces and not load.running and not load.waiting
             and j.forecast is not None):
         f = j.forecast
@@ -404,8 +409,9 @@ def _bounds(request: EngineRequest) -> list[tuple[float, bool]]:
     return [(d, first) for d, first in ((answer, False), (request.first_token_deadline, True)) if d is not None]
 
 
-def _judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float) -> Judgement:
-    f = forecast(speed, load, shape, len(request.prompt_ids), expected_new(request), request.priority, now)
+def _judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float, cached: int) -> Judgement:
+    prompt = len(request.prompt_ids) - cached
+    f = forecast(speed, load, shape, prompt, expected_new(request), request.priority, now)
     bounds = _bounds(request)
     if f is None or not bounds:
         return Judgement(Verdict.FITS, forecast=f)
@@ -420,7 +426,7 @@ def _judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: 
             shed = Judgement(Verdict.SHED, need * (1 + headroom), left, first, f.wait_s, forecast=f)
     if shed is not None:
         return shed
-    pushed = _displaced(speed, load, shape, now, work_of(request))
+    pushed = _displaced(speed, load, shape, now, work_of(request, prompt))
     if pushed is not None:
         return Judgement(Verdict.SHED, pushed[0], pushed[1], False, f.wait_s, displaces=True, forecast=f)
     return Judgement(Verdict.FITS, forecast=f)
