@@ -132,6 +132,8 @@ def test_an_estimate_no_step_has_confirmed_carries_more_headroom() -> None:
     assert t.speed.headroom(1.0) < HEADROOM + 0.01
     assert judge(replace(t.speed, at=0.0), Load(), SHAPE, req, now=0.0).verdict is Verdict.FITS
     assert t.speed.headroom(1.0 + 3 * DECAY_S) > COLD_HEADROOM - 0.05  # idle: unconfirmed again
+    # a burst (more requests than slots within a second) is judged as unconfirmed, however confirmed before
+    assert judge(replace(t.speed, at=0.0), Load(), SHAPE, req, now=0.0, burst=True).verdict is Verdict.SHED
 
 
 def test_a_free_slot_means_no_wait_and_a_full_engine_waits_for_the_first_to_end() -> None:

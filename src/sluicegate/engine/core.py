@@ -14,6 +14,7 @@ import math
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from sluicegate.backends.base import BatchItem, ModelRunner
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
 from sluicegate.engine.forecast import (
+    BURST_S,
     PROBE_S,
     Calibration,
     DeadlineTooShort,
@@ -114,6 +116,7 @@ class Engine:
         # that counted it: the forecast's error, once it ends
         self._forecasts: dict[str, tuple[float, float, int]] = {}
         self._recent = RecentPrompts(2 * limits.n_slots)  # what admission expects the prefix cache to serve
+        self._arrivals: deque[float] = deque(maxlen=limits.n_slots + 1)  # when the last requests were judged
         self._last_probe = -math.inf  # when an empty engine last admitted a request the forecast refused
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
@@ -211,8 +214,10 @@ class Engine:
         shape = Shape(self.runner.limits.n_slots, self.scheduler.config.max_batch_tokens)
         now = time.monotonic()
         cached = self._recent.expect(request.prompt_ids, {w.key for w in load.waiting})
+        self._arrivals.append(now)
+        burst = len(self._arrivals) == self._arrivals.maxlen and now - self._arrivals[0] < BURST_S
         j = judge(self._throughput.speed, load, shape, request, now, probe=now - self._last_probe >= PROBE_S,
-                  cached=cached)
+                  cached=cached, burst=burst)
         if j.probe:
             self._last_probe = now
             log.info("admitting %s as a probe: the forecast says it does not fit, but the engine is empty",

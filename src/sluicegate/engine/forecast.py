@@ -64,6 +64,7 @@ PROBE_FACTOR = 2.0  # an empty engine admits, as a probe, a request whose idle f
 PROBE_S = 5.0  # ... at most once in this many seconds
 HEADROOM = 0.1  # admit only a forecast this fraction inside the time left: the answer must still reach the caller
 COLD_HEADROOM = 0.5  # ... and this much while no recent step has confirmed the estimate (`Speed.headroom`)
+BURST_S = 1.0  # more requests than slots judged within this: a burst, judged with `COLD_HEADROOM` (`judge`)
 CONFIRM_ALPHA = 1 / 16  # each step's weight in the confirmation (16 steps: 63% confirmed)
 
 
@@ -120,7 +121,8 @@ class Speed:
         the estimate; up to `COLD_HEADROOM` while none has (a freshly started server, or one idle for a while):
         a calibration is a few seconds' measurement, the machine may be slower by the time a burst comes (a
         neighbour on the same cores, the burst's own requests parsed beside the engine), and a burst is judged
-        whole before its first step can correct it. Confirmation decays with idle time like the correction."""
+        whole before its first step can correct it. Confirmation decays with idle time like the correction.
+        (A burst on a confirmed estimate is judged as unconfirmed too: `judge(burst=...)`.)"""
         sure = self.sure * math.exp(-max(0.0, now - self.at) / DECAY_S)
         return HEADROOM + (COLD_HEADROOM - HEADROOM) * (1.0 - sure)
 
@@ -364,13 +366,13 @@ class DeadlineTooShort(Exception):
         self.judgement = judgement
 
 
-def _displaced(speed: Speed, load: Load, shape: Shape, now: float, new: Work) -> tuple[float, float] | None:
+def _displaced(speed: Speed, load: Load, shape: Shape, now: float, new: Work, headroom: float
+               ) -> tuple[float, float] | None:
     """(needed, left) of the first admitted request that fits its deadline now and would not with `new`."""
     before, _ = plan(speed, load, shape, now)
     after, _ = plan(speed, load, shape, now, new)
     was = {id(w): end for w, end in before}
     running = {id(w) for w in load.running}
-    headroom = speed.headroom(now)
     for w, end in after:
         if w.deadline is None or (w.priority > new.priority and id(w) not in running):
             continue  # lower-priority waiting work is scheduled after `new` by design
@@ -381,7 +383,7 @@ def _displaced(speed: Speed, load: Load, shape: Shape, now: float, new: Work) ->
 
 
 def judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float, *,
-          probe: bool = False, cached: int = 0) -> Judgement:
+          probe: bool = False, cached: int = 0, burst: bool = False) -> Judgement:
     """Whether one run can meet its caller's deadlines (the whole answer's, and a stream's first token) without
     pushing an admitted request past its own. NEVER compares the idle forecast with the whole budget (from the
     request's arrival): time the server already spent on it (a slow tokenisation under load) makes it SHED,
@@ -392,8 +394,11 @@ def judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: f
     `PROBE_FACTOR` of its time left: the calibration may be that wrong (taken while other work held the cores),
     and without steps nothing corrects it (`Judgement.probe`).
 
-    `cached`: prompt tokens the prefix cache is expected to serve (engine/reuse.py): not computed, not charged."""
-    j = _judge(speed, load, shape, request, now, cached)
+    `cached`: prompt tokens the prefix cache is expected to serve (engine/reuse.py): not computed, not charged.
+    `burst`: more requests came in the last second than the engine has slots: the estimate is judged as an
+    unconfirmed one (`COLD_HEADROOM`), however many steps confirmed it before (`Speed.headroom`)."""
+    headroom = COLD_HEADROOM if burst else speed.headroom(now)
+    j = _judge(speed, load, shape, request, now, cached, headroom)
     if (probe and j.verdict is not Verdict.FITS and not j.displaces and not load.running and not load.waiting
             and j.forecast is not None):
         f = j.forecast
@@ -409,14 +414,14 @@ def _bounds(request: EngineRequest) -> list[tuple[float, bool]]:
     return [(d, first) for d, first in ((answer, False), (request.first_token_deadline, True)) if d is not None]
 
 
-def _judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float, cached: int) -> Judgement:
+def _judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: float, cached: int,
+           headroom: float) -> Judgement:
     prompt = len(request.prompt_ids) - cached
     f = forecast(speed, load, shape, prompt, expected_new(request), request.priority, now)
     bounds = _bounds(request)
     if f is None or not bounds:
         return Judgement(Verdict.FITS, forecast=f)
     shed: Judgement | None = None
-    headroom = speed.headroom(now)
     for deadline, first in bounds:
         budget, left = deadline - request.arrival, deadline - now  # the time already spent is the server's
         idle, need = (f.idle_first_token_s, f.first_token_s) if first else (f.idle_total_s, f.total_s)
@@ -426,7 +431,7 @@ def _judge(speed: Speed, load: Load, shape: Shape, request: EngineRequest, now: 
             shed = Judgement(Verdict.SHED, need * (1 + headroom), left, first, f.wait_s, forecast=f)
     if shed is not None:
         return shed
-    pushed = _displaced(speed, load, shape, now, work_of(request, prompt))
+    pushed = _displaced(speed, load, shape, now, work_of(request, prompt), headroom)
     if pushed is not None:
         return Judgement(Verdict.SHED, pushed[0], pushed[1], False, f.wait_s, displaces=True, forecast=f)
     return Judgement(Verdict.FITS, forecast=f)
