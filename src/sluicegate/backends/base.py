@@ -106,4 +106,15 @@ class ModelRunner(Protocol):
         """Make `dst` hold exactly what `src` holds (whole stream)."""
         ...
 
+    def save(self, slot: int, n_tokens: int) -> bytes:
+        """A snapshot of the slot's first `n_tokens` positions, for a host-memory KV tier (engine/kv_tier.py).
+        Positions from `n_tokens` on are dropped from the slot first: the engine saves a slot it is about to
+        reuse for another request."""
+        ...
+
+    def restore(self, slot: int, snapshot: bytes) -> None:
+        """Make `slot` hold exactly what the snapshot holds: the next `execute` on it gives bit-identical logits
+        to a slot that computed those positions itself."""
+        ...
+
     def close(self) -> None: ...

@@ -269,6 +269,24 @@ class LlamaCppRunner:
         L.llama_memory_seq_rm(self._mem, dst, -1, -1)
         L.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
 
+    def save(self, slot: int, n_tokens: int) -> bytes:
+        """`llama_state_seq_get_data` of the slot, cut to `n_tokens` first: its cells' positions and their K and
+        V rows, copied out of the cache as they are (so a restore is bit-exact)."""
+        L.llama_memory_seq_rm(self._mem, slot, n_tokens, -1)
+        size = int(L.llama_state_seq_get_size(self._ctx, slot))
+        buf = (ctypes.c_uint8 * size)()
+        n = int(L.llama_state_seq_get_data(self._ctx, buf, size, slot))
+        if n == 0 or n > size:
+            raise RuntimeError(f"llama_state_seq_get_data returned {n} of {size} bytes")
+        return bytes(memoryview(buf)[:n])
+
+    def restore(self, slot: int, snapshot: bytes) -> None:
+        L.llama_memory_seq_rm(self._mem, slot, -1, -1)
+        src = ctypes.cast(ctypes.c_char_p(snapshot), ctypes.POINTER(ctypes.c_uint8))  # no copy of the bytes
+        if int(L.llama_state_seq_set_data(self._ctx, src, len(snapshot), slot)) == 0:
+            L.llama_memory_seq_rm(self._mem, slot, -1, -1)
+            raise RuntimeError("llama_state_seq_set_data could not restore a snapshot")
+
     def close(self) -> None:
         if self._ctx:
             L.llama_free(self._ctx)

@@ -146,5 +146,20 @@ class ReferenceRunner:
         self._alone[dst] = list(self._alone[src])
         self._state[dst] = self._state[src].copy()
 
+    def save(self, slot: int, n_tokens: int) -> bytes:
+        """The slot's first `n_tokens` token ids (int32) then whether each was computed alone (uint8): the state
+        is a function of those, recomputed on `restore`."""
+        self.truncate(slot, n_tokens)
+        ids = np.asarray(self._slots[slot], dtype=np.int32).tobytes()
+        return ids + np.asarray(self._alone[slot], dtype=np.uint8).tobytes()
+
+    def restore(self, slot: int, snapshot: bytes) -> None:
+        n = len(snapshot) // 5
+        if len(snapshot) != 5 * n:
+            raise ValueError("not a snapshot of this runner")
+        self._slots[slot] = np.frombuffer(snapshot[: 4 * n], dtype=np.int32).tolist()
+        self._alone[slot] = [bool(a) for a in snapshot[4 * n :]]
+        self._recompute(slot)
+
     def close(self) -> None:
         return None
