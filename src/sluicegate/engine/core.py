@@ -39,6 +39,7 @@ from sluicegate.engine.forecast import (
     plan,
     work_of,
 )
+from sluicegate.engine.kv_tier import KvTier, default_budget
 from sluicegate.engine.metrics import EngineMetrics
 from sluicegate.engine.reuse import RecentPrompts
 from sluicegate.engine.sampler import SampleRow, sample
@@ -98,7 +99,9 @@ class Engine:
         cfg = config or SchedulerConfig()
         if cfg.max_batch_tokens > limits.n_batch:
             cfg = dataclasses.replace(cfg, max_batch_tokens=limits.n_batch)
-        self.scheduler = Scheduler(cfg, limits.n_slots, limits.eos_ids, exact_replies=limits.decoded_kv_exact)
+        self.kv_tier = KvTier(default_budget() if cfg.kv_cache_bytes is None else cfg.kv_cache_bytes)
+        self.scheduler = Scheduler(cfg, limits.n_slots, limits.eos_ids, exact_replies=limits.decoded_kv_exact,
+                                   kv_tier=self.kv_tier)
         self.stats = EngineStats(slots_total=limits.n_slots, kv_tokens_total=limits.n_slots * limits.n_ctx)
         self.metrics = EngineMetrics(self.stats, runner.identity.name, registry)
         self._lock = threading.Condition()
@@ -409,8 +412,14 @@ class Engine:
                 self.runner.clear(op.slot)
             elif op.kind == "truncate":
                 self.runner.truncate(op.slot, op.arg)
-            else:
+            elif op.kind == "copy":
                 self.runner.copy(op.arg, op.slot)
+            elif op.kind == "save":
+                self.kv_tier.put(op.tokens, self.runner.save(op.slot, op.arg))
+            else:
+                began = time.monotonic()
+                self.runner.restore(op.slot, op.snapshot)
+                self.metrics.kv_restore.observe(time.monotonic() - began)
 
     def _forward(self, out: SchedulerOutput) -> tuple[list[int], dict[int, TokenLogprob]]:
         items = [BatchItem(c.seq.slot or 0, c.token_ids, c.start_pos, c.want_logits, logits_all=c.n_draft > 0)
@@ -585,6 +594,11 @@ class Engine:
             self.stats.prefix_hits = slots.hits
             self.stats.prefix_evicted_tokens = slots.evictions
             self.stats.prefix_cached_tokens = slots.cached_tokens
+            self.stats.kv_tier_hits = slots.tier_hits
+            self.stats.kv_tier_restored_tokens = slots.restored_tokens
+            self.stats.kv_tier_saves = self.kv_tier.saves
+            self.stats.kv_tier_bytes = self.kv_tier.bytes_held
+            self.stats.kv_tier_entries = len(self.kv_tier)
             self.stats.drain_tokens_per_second = self._throughput.speed.rate(time.monotonic())
             if self.scheduler.drafting is not None:
                 self.stats.spec_row_cost = self.scheduler.drafting.cost

@@ -29,6 +29,7 @@ TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.
 REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                    240.0, 480.0, 960.0, 1920.0, 7680.0)
 FORECAST_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 4.0)
+RESTORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -77,6 +78,8 @@ class EngineMetrics:
                             REQUEST_BUCKETS).labels(m)
         self.decode = hist("request_decode_time_seconds", "first token to the end", REQUEST_BUCKETS).labels(m)
         self.step = hist("step_seconds", "one engine step: forward pass and sampling", STEP_BUCKETS).labels(m)
+        self.kv_restore = hist("kv_tier_restore_seconds", "restoring one slot's KV from the host-memory KV tier",
+                               RESTORE_BUCKETS).labels(m)
         self.forecast_error = hist("forecast_error_ratio", "deadline admission's forecast of a run's latency over "
                                    "the latency it had (1: exact), at the tokens it generated; runs that ended "
                                    "normally (docs/timeouts.md)", FORECAST_BUCKETS).labels(m)

@@ -17,6 +17,12 @@ slot (released, or lending its prefix to a request: LRU over the tree's leaves).
 never evicted. Reuse always leaves at least the last two prompt tokens to compute: the last one's logits
 give the first generated token, and a one-token chunk would round differently from the same token
 computed in a longer one.
+
+With a host-memory KV tier (kv_tier.py), evicted tokens are saved before they go: the slot that takes the
+request gets a "save" op of its whole cached path first, when tokens no slot would hold any more are about to be
+dropped and the tier does not hold them yet. A prompt the tier shares more tokens with than any slot is
+"restore"d from the tier's snapshot into the slot taking it, then truncated to the shared prefix (rounded and
+capped exactly as a slot's prefix is), so a restored prefix is used exactly as a copied one would be.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from sluicegate.engine.kv_tier import KvTier
 from sluicegate.engine.radix import RadixTree
 
 
@@ -32,9 +39,11 @@ from sluicegate.engine.radix import RadixTree
 class KvOp:
     """A change to the runner's KV the engine applies before the step's forward pass."""
 
-    kind: Literal["clear", "truncate", "copy"]
+    kind: Literal["clear", "truncate", "copy", "save", "restore"]
     slot: int
-    arg: int = 0  # truncate: positions kept; copy: source slot
+    arg: int = 0  # truncate: positions kept; copy: source slot; save: positions saved
+    tokens: tuple[int, ...] = ()  # save: the tokens those positions hold (the tier's key)
+    snapshot: bytes = b""  # restore: what the slot is to hold (then truncated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +54,11 @@ class Acquired:
 
 
 class SlotTable:
-    def __init__(self, n_slots: int, granularity: int = 1) -> None:
+    def __init__(self, n_slots: int, granularity: int = 1, tier: KvTier | None = None) -> None:
         if n_slots < 1 or granularity < 1:
             raise ValueError("need at least one slot and a positive reuse granularity")
         self.granularity = granularity
+        self.tier = tier if tier is not None and tier.enabled else None
         self.tree = RadixTree(n_slots)
         self._busy = [False] * n_slots
         self._last_used = [0] * n_slots  # tick of the last release or reuse (LRU)
@@ -57,6 +67,8 @@ class SlotTable:
         self.hits = 0  # acquisitions that reused at least one token
         self.reused_tokens = 0  # prompt tokens not recomputed thanks to the cache
         self.evictions = 0  # cached tokens dropped (held by no slot any more) to make room
+        self.tier_hits = 0  # acquisitions whose prefix was restored from the tier
+        self.restored_tokens = 0  # of `reused_tokens`, those restored from the tier
 
     @property
     def n_slots(self) -> int:
@@ -89,9 +101,13 @@ class SlotTable:
             return None
         self.lookups += 1
         shared = self.tree.common_prefixes(prompt_ids)
-        n = min(max(shared.values(), default=0), max(len(prompt_ids) - 2, 0))
-        n -= n % self.granularity
-        holders = [s for s, k in sorted(shared.items()) if k >= n] if n else []
+        n = self._usable(max(shared.values(), default=0), len(prompt_ids))
+        hit = self.tier.lookup(prompt_ids) if self.tier is not None and prompt_ids else None
+        restore = hit is not None and self._usable(hit.shared, len(prompt_ids)) > n
+        if restore:
+            assert hit is not None
+            n = self._usable(hit.shared, len(prompt_ids))
+        holders = [s for s, k in sorted(shared.items()) if k >= n] if n and not restore else []
 
         def lost(d: int) -> int:  # cached tokens no slot would hold once `d` serves this prompt
             return max(0, self.tree.length(d) - max(self.tree.unique_from(d), shared.get(d, 0)))
@@ -101,18 +117,31 @@ class SlotTable:
             return (loses, self._last_used[d] if loses else 0, d not in holders, d)
 
         dst = min(free, key=order)
-        ops: tuple[KvOp, ...]
+        ops: tuple[KvOp, ...] = ()
         kept = n if dst in holders else 0
-        self.evictions += max(0, self.tree.length(dst) - max(self.tree.unique_from(dst), kept))
-        if kept:
-            ops = (KvOp("truncate", dst, n),)
+        evicted = max(0, self.tree.length(dst) - max(self.tree.unique_from(dst), kept))
+        self.evictions += evicted
+        if evicted and self.tier is not None:  # saved before anything changes the slot
+            path = tuple(self.tree.tokens(dst))
+            if not self.tier.covers(path):
+                ops = (KvOp("save", dst, len(path), tokens=path),)
+        if restore:
+            assert hit is not None and self.tier is not None
+            self.tier.touch(hit.key)
+            ops = (*ops, KvOp("restore", dst, snapshot=hit.snapshot), KvOp("truncate", dst, n))
+            self.tree.truncate(dst, 0)
+            self.tree.extend(dst, prompt_ids, n)
+            self.tier_hits += 1
+            self.restored_tokens += n
+        elif kept:
+            ops = (*ops, KvOp("truncate", dst, n))
             self.tree.truncate(dst, n)
         elif n:
-            ops = (KvOp("copy", dst, holders[0]), KvOp("truncate", dst, n))
+            ops = (*ops, KvOp("copy", dst, holders[0]), KvOp("truncate", dst, n))
             self.tree.truncate(dst, 0)
             self.tree.extend(dst, prompt_ids, n)
         else:
-            ops = (KvOp("clear", dst),)
+            ops = (*ops, KvOp("clear", dst))
             self.tree.truncate(dst, 0)
         self._busy[dst] = True
         if n:
@@ -121,6 +150,12 @@ class SlotTable:
             for s in holders:  # a prefix just reused is recently used, wherever it lives
                 self._touch(s)
         return Acquired(dst, n, ops)
+
+    def _usable(self, shared: int, n_prompt: int) -> int:
+        """Of `shared` cached tokens, those a prompt of `n_prompt` reuses: at least its last two are computed, and
+        the reuse is a multiple of `granularity`."""
+        n = min(shared, max(n_prompt - 2, 0))
+        return n - n % self.granularity
 
     def _touch(self, slot: int) -> None:
         self._tick += 1

@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sluicegate.engine.kv_tier import KvTier
 from sluicegate.engine.prefix_cache import KvOp, SlotTable
 from sluicegate.engine.speculative import DraftPolicy, DraftRecord, accepted, propose, propose_n
 from sluicegate.engine.types import EngineRequest, FinishReason, Priority
@@ -48,6 +49,7 @@ class SchedulerConfig:
     speculative_auto: int = 8  # with no fixed K: adaptive drafts, at most this many, where exact (0: off)
     prompt_lookup_max: int = 3  # longest n-gram matched to find drafts (tried first)
     prompt_lookup_min: int = 2  # shortest n-gram matched
+    kv_cache_bytes: int | None = None  # host-memory KV tier budget (engine/kv_tier.py); None: 1/8 of RAM; 0: off
 
 
 class SeqStatus(enum.Enum):
@@ -117,9 +119,11 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(
         self, config: SchedulerConfig, n_slots: int, eos_ids: frozenset[int], *, exact_replies: bool = False,
+        kv_tier: KvTier | None = None,
     ) -> None:
         """`exact_replies`: the runner computes a decoded token's KV exactly as a prefill would
-        (`RunnerLimits.decoded_kv_exact`), so generated tokens join the prefix cache too."""
+        (`RunnerLimits.decoded_kv_exact`), so generated tokens join the prefix cache too. `kv_tier`: where
+        evicted slots' KV is saved and restored from (engine/kv_tier.py); the engine applies the saves."""
         if config.max_batch_tokens < n_slots + max(2, config.min_prefill_chunk):
             # every running sequence decodes every step, and a prompt must still make progress
             raise ValueError("max_batch_tokens must hold one token per slot plus a minimal prompt chunk")
@@ -129,7 +133,7 @@ class Scheduler:
             raise ValueError("speculative_ngram and speculative_auto must be >= 0 and 1 <= prompt_lookup_min <= "
                              "prompt_lookup_max")
         self.config = config
-        self.slots = SlotTable(n_slots, config.block_size)
+        self.slots = SlotTable(n_slots, config.block_size, kv_tier)
         self.eos_ids = eos_ids
         self.exact_replies = exact_replies
         self.waiting: list[Seq] = []

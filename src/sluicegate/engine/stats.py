@@ -21,6 +21,9 @@ COUNTER_HELP = {
     "prefix_lookups": "requests that took a slot and looked up the prefix cache",
     "prefix_hits": "of those, requests that reused at least one cached prompt token",
     "prefix_evicted_tokens": "cached prompt tokens dropped (held by no slot any more) to make room",
+    "kv_tier_hits": "requests whose prompt prefix was restored from the host-memory KV tier",
+    "kv_tier_restored_tokens": "of the cached prompt tokens, those restored from the KV tier",
+    "kv_tier_saves": "evicted slots' KV snapshots kept in the KV tier",
     "spec_draft_tokens": "speculative decoding: prompt-lookup draft tokens verified",
     "spec_accepted_tokens": "speculative decoding: of those, drafts the model agreed with (kept)",
 }
@@ -33,6 +36,8 @@ GAUGE_HELP = {
     "kv_tokens_total": "KV positions in all slots (slots x window)",
     "kv_usage": "kv_tokens_used / kv_tokens_total",
     "prefix_cached_tokens": "prompt tokens held by free slots, ready for reuse",
+    "kv_tier_bytes": "bytes of KV snapshots the host-memory KV tier holds (within --kv-cache-bytes)",
+    "kv_tier_entries": "KV snapshots the KV tier holds",
     "drain_tokens_per_second": "decode tokens per second with every slot busy, at the forecast's calibrated and "
                                "corrected step model",
     "spec_row_cost": "adaptive speculative decoding: a further decode row's measured cost, as a share of a "
@@ -71,6 +76,9 @@ class EngineStats:
     prefix_lookups: int = 0  # requests that took a slot
     prefix_hits: int = 0  # of those, requests that reused at least one cached prompt token
     prefix_evicted_tokens: int = 0  # cached prompt tokens dropped to make room
+    kv_tier_hits: int = 0  # prompt prefixes restored from the KV tier (engine/kv_tier.py)
+    kv_tier_restored_tokens: int = 0
+    kv_tier_saves: int = 0
     spec_draft_tokens: int = 0  # speculative decoding: draft tokens verified
     spec_accepted_tokens: int = 0  # of those, accepted (acceptance rate = accepted / draft)
     # gauges
@@ -81,6 +89,8 @@ class EngineStats:
     kv_tokens_used: int = 0  # KV positions held by running sequences
     kv_tokens_total: int = 0  # slots x window
     prefix_cached_tokens: int = 0  # prompt tokens held by free slots, ready for reuse
+    kv_tier_bytes: int = 0  # snapshot bytes the KV tier holds
+    kv_tier_entries: int = 0
     drain_tokens_per_second: float = 0.0  # the forecast's full-batch decode rate (engine/forecast.py)
     spec_row_cost: float = 0.0  # adaptive drafting's cost model (engine/speculative.py); 0 when off
     finish_times: deque[float] = field(default_factory=lambda: deque(maxlen=1024))  # for the drain rate
