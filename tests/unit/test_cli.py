@@ -96,6 +96,14 @@ def test_the_speculative_decoding_flags() -> None:
         engine_config(load_args(parse("--prompt-lookup-max", "2", "--prompt-lookup-min", "3")).settings)
 
 
+def test_the_kv_tier_budget_is_a_flag_defaulting_to_a_share_of_memory() -> None:
+    assert config().engine.kv_cache_bytes is None  # resolved by the engine: engine/kv_tier.py default_budget
+    assert config("--kv-cache-bytes", "0").engine.kv_cache_bytes == 0
+    assert config("--kv-cache-bytes", "1048576").engine.kv_cache_bytes == 1 << 20
+    with pytest.raises(SystemExit):
+        parse("--kv-cache-bytes", "-1")
+
+
 def test_log_level_takes_only_the_levels_and_the_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert load_args(parse("--log-level", "WARNING")).settings.log_level == "warning"
     with pytest.raises(SystemExit):

@@ -43,7 +43,8 @@ def engine_config(s: ServeSettings) -> SchedulerConfig:
     return SchedulerConfig(deadline_admission=s.deadline_admission,
                            speculative_ngram=0 if auto else int(s.speculative_ngram),
                            speculative_auto=SchedulerConfig().speculative_auto if auto else 0,
-                           prompt_lookup_max=s.prompt_lookup_max, prompt_lookup_min=s.prompt_lookup_min)
+                           prompt_lookup_max=s.prompt_lookup_max, prompt_lookup_min=s.prompt_lookup_min,
+                           kv_cache_bytes=s.kv_cache_bytes)
 
 
 def limits_config(s: ServeSettings) -> LimitsConfig:
