@@ -139,6 +139,9 @@ def test_interleaved_conversations_on_two_slots_get_the_same_tokens_with_the_tie
         assert 0 < snap["kv_tier_bytes"] <= 1 << 20 and snap["kv_tier_saves"] > 0
         assert eng.kv_tier.bytes_held <= eng.kv_tier.budget_bytes
         assert runner.executed_tokens < computed_without
+        restores = eng.metrics.registry.get_sample_value("sluicegate_kv_tier_restore_seconds_count",
+                                                         {"model_name": "reference"})
+        assert restores == snap["kv_tier_hits"]
     assert with_tier == without
     assert sum(cached_with) > sum(cached_without)  # usage counts restored tokens as cached
 
