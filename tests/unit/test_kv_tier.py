@@ -17,6 +17,13 @@ from sluicegate.testing.wait import wait_for
 from tests.unit.test_engine import Collector, engine, req, run
 
 
+def _common(a: tuple[int, ...], b: list[int]) -> int:
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    return k
+
+
 def test_the_budget_is_never_exceeded_and_the_least_recently_used_goes_first() -> None:
     tier = KvTier(1000)
     rng = random.Random(7)
@@ -24,7 +31,13 @@ def test_the_budget_is_never_exceeded_and_the_least_recently_used_goes_first() -
         tokens = [rng.randrange(4) for _ in range(rng.randrange(1, 12))]
         tier.put(tokens, bytes(rng.randrange(1, 400)))
         assert tier.bytes_held <= 1000
-        if i % 3 == 0 and (hit := tier.lookup([rng.randrange(4) for _ in range(8)])) is not None:
+        probe = [rng.randrange(4) for _ in range(8)]
+        longest = max((_common(k, probe) for k in tier._entries), default=0)  # brute force
+        hit = tier.lookup(probe)
+        assert (hit.shared if hit else 0) == longest
+        assert tier.covers(probe[:3]) == any(k[:3] == tuple(probe[:3]) for k in tier._entries if len(k) >= 3)
+        assert not any(a != b and b[: len(a)] == a for a in tier._entries for b in tier._entries)  # no prefix kept
+        if hit is not None and i % 3 == 0:
             tier.touch(hit.key)
     assert tier.bytes_held == sum(len(tier.lookup(list(k)).snapshot) for k in list(tier._entries))  # type: ignore[union-attr]
     lru = KvTier(300)

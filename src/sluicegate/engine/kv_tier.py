@@ -9,14 +9,15 @@ Entries are LRU within a byte budget: a `put` that would exceed it drops the lea
 first, and a snapshot larger than the whole budget is not kept. An entry whose tokens are a prefix of a
 longer entry's is redundant (the longer one restores it and more) and is not kept either.
 
-Hand-written: a dict of token tuples in LRU order (OrderedDict) with a linear longest-prefix scan. The budget
-bounds the entries to a few hundred conversations (a token's KV is ~23 KB for the default model), and a scan
-compares lists in C, which is cheap beside one prompt token's prefill (~10 ms here). The radix tree
-(radix.py) indexes a fixed set of slots and would need reshaping for a changing set of entries.
+Hand-written (the radix tree, radix.py, indexes a fixed set of slots, not a changing set of entries): token
+tuples in LRU order (an OrderedDict) and the same keys sorted (a list kept with `bisect`). In lexicographic
+order the key sharing the longest prefix with a prompt is next to where the prompt would sort, so a lookup
+is a binary search and two comparisons (tuple comparison runs in C), however many entries the budget holds.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -39,9 +40,9 @@ class TierHit:
     key: tuple[int, ...]
 
 
-def _shared(a: Sequence[int], b: Sequence[int]) -> int:
+def _shared(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):
+    if a[:n] == b[:n]:
         return n
     k = 0
     while a[k] == b[k]:
@@ -57,6 +58,7 @@ class KvTier:
             raise ValueError("the KV tier's byte budget cannot be negative")
         self.budget_bytes = budget_bytes
         self._entries: OrderedDict[tuple[int, ...], bytes] = OrderedDict()  # least recently used first
+        self._sorted: list[tuple[int, ...]] = []  # the same keys in lexicographic order
         self.bytes_held = 0
         self.saves = 0  # snapshots kept
         self.dropped = 0  # snapshots dropped to stay within the budget (or too large for it)
@@ -69,19 +71,20 @@ class KvTier:
         return self.budget_bytes > 0
 
     def covers(self, tokens: Sequence[int]) -> bool:
-        """Whether an entry already holds `tokens` (as all or a prefix of its own): saving them adds nothing."""
-        n = len(tokens)
-        return any(len(key) >= n and _shared(key, tokens) == n for key in self._entries)
+        """Whether an entry already holds `tokens` (as all or a prefix of its own): saving them adds nothing.
+        Keys starting with `tokens` sort from where `tokens` would."""
+        t = tuple(tokens)
+        i = bisect.bisect_left(self._sorted, t)
+        return i < len(self._sorted) and self._sorted[i][: len(t)] == t
 
     def lookup(self, prompt: Sequence[int]) -> TierHit | None:
         """The entry sharing the longest prefix with `prompt`, or None (`touch` it when it is used)."""
+        p = tuple(prompt)
+        i = bisect.bisect_left(self._sorted, p)
         best: tuple[int, tuple[int, ...]] | None = None
-        first = prompt[0] if prompt else None
-        for key in self._entries:
-            if key[0] != first:
-                continue
-            k = _shared(key, prompt)
-            if best is None or k > best[0]:
+        for key in self._sorted[max(i - 1, 0) : i + 1]:
+            k = _shared(key, p)
+            if k and (best is None or k > best[0]):
                 best = (k, key)
         if best is None:
             return None
@@ -101,15 +104,17 @@ class KvTier:
             return False
         if self.covers(key):
             return False
-        for old in [k for k in self._entries if len(k) < len(key) and _shared(k, key) == len(k)]:
-            self._drop(old)
+        while (i := bisect.bisect_left(self._sorted, key)) and key[: len(self._sorted[i - 1])] == self._sorted[i - 1]:
+            self._drop(self._sorted[i - 1])  # a prefix of the new key sorts right before it
         while self.bytes_held + len(snapshot) > self.budget_bytes:
             self._drop(next(iter(self._entries)))
             self.dropped += 1
         self._entries[key] = snapshot
+        bisect.insort(self._sorted, key)
         self.bytes_held += len(snapshot)
         self.saves += 1
         return True
 
     def _drop(self, key: tuple[int, ...]) -> None:
         self.bytes_held -= len(self._entries.pop(key))
+        del self._sorted[bisect.bisect_left(self._sorted, key)]
