@@ -32,7 +32,8 @@ LogitBias = Annotated[
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A field the server will not take: `code` is `unsupported_parameter` or `unknown_parameter`."""
+    """A field the server will not take: `code` is `invalid_request`'s code for it (`unsupported_parameter`,
+    `unknown_field`, `unsupported_value`, ...: src/sluicegate/errorcatalog/invalid_request.py)."""
 
     param: str | None
     code: str
