@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 ARGS ?=
 
-.PHONY: install serve test lint typecheck imports bench openapi clean
+.PHONY: install serve test lint typecheck imports bench openapi errors-doc clean
 
 install: $(STAMP)
 
@@ -44,6 +44,10 @@ bench: $(STAMP)
 # Refresh the committed OpenAPI snapshot after a deliberate contract change (docs/versioning.md).
 openapi: $(STAMP)
 	$(PY) -m sluicegate.contract.snapshot --write docs/openapi.json
+
+# Refresh docs/errors.md's catalog section after adding or changing an error type or code (src/sluicegate/errorcatalog/).
+errors-doc: $(STAMP)
+	$(PY) -m sluicegate.contract.errors_doc --write docs/errors.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -9,10 +9,20 @@ from pathlib import Path
 import pytest
 
 from sluicegate import errorcatalog as catalog
+from sluicegate.contract import errors_doc
 from sluicegate.serving.errors import STATUS, ApiError
 from tests.unit import error_scan
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
+
+
+def anchors_in(markdown: str) -> set[str]:
+    """The anchors a Markdown document defines: `<a name|id="...">` and its headings as GitHub slugs them."""
+    named = set(re.findall(r'<a (?:name|id)="([^"]+)"', markdown))
+    slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+             for h in re.findall(r"^#+ (.+)$", markdown, re.M)}
+    return named | slugs
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +95,36 @@ def test_the_scan_reports_a_code_it_cannot_follow(tmp_path: Path, monkeypatch: p
     found = error_scan.scan()
     assert found.unknown == ["m.py:2: code=attr:exc.reason"]
     assert found.pairs == {("invalid_request", "brand_new"), ("invalid_request", None)}
+
+
+def test_every_entry_has_its_anchor_in_the_document() -> None:
+    anchors = anchors_in(DOC.read_text())
+    missing = [e.anchor for e in catalog.ENTRIES if e.anchor not in anchors]
+    assert missing == [], f"docs/errors.md lacks these anchors; run `{errors_doc.REFRESH_COMMAND}`: {missing}"
+    assert "every-code" in anchors  # the section the envelope fields' description links to
+
+
+def test_the_documents_catalog_is_the_rendered_catalog() -> None:
+    text = DOC.read_text()
+    assert errors_doc.splice(text, errors_doc.render()) == text, f"run `{errors_doc.REFRESH_COMMAND}`"
+    assert errors_doc.main(["--check", str(DOC)]) == 0
+
+
+def test_a_stale_document_is_caught(tmp_path: Path) -> None:
+    stale = tmp_path / "errors.md"
+    stale.write_text(DOC.read_text().replace('<a name="invalid_json-too_deep"></a>', ""))
+    assert "invalid_json-too_deep" not in anchors_in(stale.read_text())
+    assert errors_doc.main(["--check", str(stale)]) == 1
+    assert errors_doc.main(["--write", str(stale)]) == 0
+    assert stale.read_text() == DOC.read_text()
+    with pytest.raises(ValueError, match="no catalog section"):
+        errors_doc.splice("# Errors\n", errors_doc.render())
+
+
+def test_the_hand_written_type_table_lists_the_catalogs_types() -> None:
+    """docs/errors.md's "Every error type" table (the long form, with examples) has the catalog's types and
+    statuses, no more and no fewer."""
+    text = DOC.read_text()
+    table = text[text.index("## Every error type"):text.index("## Every code")]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (\d{3}) \|", table, re.M))
+    assert {t: int(s) for t, s in rows.items()} == dict(catalog.STATUS)
