@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluicegate.engine.scheduler import SchedulerConfig
+from sluicegate.errorcatalog import DEFAULT_DOCS_URL
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,3 +211,4 @@ class Config:
     allowed_hosts: tuple[str, ...] | None = None
     port: int = 8000  # listen port
     cors_origins: tuple[str, ...] = ()  # browser origins whose pages may call the server (`*`: any); none by default
+    error_docs_url: str = DEFAULT_DOCS_URL  # the error catalog's address: each envelope's docs_url is it + an anchor

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sluicegate.api.validation import plain_name, validation_error
 from sluicegate.config import Config, LimitsConfig
 from sluicegate.engine import EngineOverloaded, EngineStopped
+from sluicegate.errorcatalog import DEFAULT_DOCS_URL
 from sluicegate.serving.core import engine_error
 from sluicegate.serving.errors import STATUS, ApiError
 from tests.conftest import make_client, wait_ready
@@ -27,7 +28,9 @@ def envelope_of(r: object) -> dict[str, object]:
     resp = r  # httpx.Response
     body = resp.json()  # type: ignore[attr-defined]
     err = body["error"]
-    assert set(err) == {"type", "code", "message", "param", "request_id"}
+    assert set(err) == {"type", "code", "message", "param", "request_id", "docs_url"}
+    anchor = err["type"] if err["code"] in (None, err["type"]) else f"{err['type']}-{err['code']}"
+    assert err["docs_url"] == f"{DEFAULT_DOCS_URL}#{anchor}"
     assert err["request_id"] == resp.headers["x-request-id"]  # type: ignore[attr-defined]
     assert STATUS[err["type"]] == resp.status_code  # type: ignore[attr-defined]
     assert SECRET not in resp.text  # type: ignore[attr-defined]
@@ -137,6 +140,7 @@ def test_500_is_internal_error_with_the_detail_only_in_the_log(caplog: pytest.Lo
         "message": "internal error; report the request id",
         "param": None,
         "request_id": "boom-1",
+        "docs_url": f"{DEFAULT_DOCS_URL}#internal_error",
     }
     logged = "\n".join(rec.getMessage() + (rec.exc_text or "") for rec in caplog.records)
     assert "boom-1" in logged and SECRET in caplog.text

@@ -17,6 +17,7 @@ from sluicegate.backends.base import RunnerLimits
 from sluicegate.backends.reference import ReferenceRunner
 from sluicegate.config import Config
 from sluicegate.engine import SchedulerConfig
+from sluicegate.errorcatalog import DEFAULT_DOCS_URL
 from tests.api.threaded_server import SlowRunner
 from tests.conftest import make_client, wait_ready
 
@@ -436,6 +437,7 @@ def test_error_statuses() -> None:
             "param": "model",
             "message": "",
             "request_id": "",
+            "docs_url": f"{DEFAULT_DOCS_URL}#model_not_found",  # our type's entry: the code equals it
         }
         r = c.post(URL, content=b"{nope", headers={"content-type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"

@@ -11,6 +11,7 @@ from sluicegate.cli import parser
 from sluicegate.cli.serve import load_args
 from sluicegate.config import Config, DeadlineConfig, IdempotencyConfig, JobsConfig, LimitsConfig, WebhookConfig
 from sluicegate.engine import SchedulerConfig
+from sluicegate.errorcatalog import DEFAULT_DOCS_URL
 from sluicegate.settings import to_config
 from sluicegate.settings.convert import engine_config
 
@@ -121,3 +122,13 @@ def test_cors_origins_are_origins() -> None:
     for bad in ("https://app.example.com/path", "ftp://x", "app.example.com"):
         with pytest.raises(SystemExit):
             parse("--cors-origin", bad)
+
+
+def test_error_docs_url_is_an_address_to_append_an_anchor_to() -> None:
+    assert config().error_docs_url == DEFAULT_DOCS_URL
+    assert config("--error-docs-url", " https://docs.example.com/errors.html ").error_docs_url == (
+        "https://docs.example.com/errors.html")
+    for bad in ("ftp://docs.example.com/e", "https://docs.example.com/e#top", "docs.example.com/e", "https://",
+                "https://docs.example.com/a b", "https://dócs.example.com/e", "https://x.example/" + "e" * 600):
+        with pytest.raises(SystemExit):
+            parse("--error-docs-url", bad)

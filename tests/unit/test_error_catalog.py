@@ -17,14 +17,6 @@ NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
 
-def anchors_in(markdown: str) -> set[str]:
-    """The anchors a Markdown document defines: `<a name|id="...">` and its headings as GitHub slugs them."""
-    named = set(re.findall(r'<a (?:name|id)="([^"]+)"', markdown))
-    slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
-             for h in re.findall(r"^#+ (.+)$", markdown, re.M)}
-    return named | slugs
-
-
 @pytest.fixture(scope="module")
 def emitted() -> error_scan.Scan:
     return error_scan.scan()
@@ -98,7 +90,7 @@ def test_the_scan_reports_a_code_it_cannot_follow(tmp_path: Path, monkeypatch: p
 
 
 def test_every_entry_has_its_anchor_in_the_document() -> None:
-    anchors = anchors_in(DOC.read_text())
+    anchors = errors_doc.anchors(DOC.read_text())
     missing = [e.anchor for e in catalog.ENTRIES if e.anchor not in anchors]
     assert missing == [], f"docs/errors.md lacks these anchors; run `{errors_doc.REFRESH_COMMAND}`: {missing}"
     assert "every-code" in anchors  # the section the envelope fields' description links to
@@ -113,7 +105,7 @@ def test_the_documents_catalog_is_the_rendered_catalog() -> None:
 def test_a_stale_document_is_caught(tmp_path: Path) -> None:
     stale = tmp_path / "errors.md"
     stale.write_text(DOC.read_text().replace('<a name="invalid_json-too_deep"></a>', ""))
-    assert "invalid_json-too_deep" not in anchors_in(stale.read_text())
+    assert "invalid_json-too_deep" not in errors_doc.anchors(stale.read_text())
     assert errors_doc.main(["--check", str(stale)]) == 1
     assert errors_doc.main(["--write", str(stale)]) == 0
     assert stale.read_text() == DOC.read_text()

@@ -1,8 +1,9 @@
 """Errors on Anthropic's routes (`/v1/messages`, `/v1/messages/count_tokens`): Anthropic's shape and statuses.
 
-Body: `{"type": "error", "error": {"type", "message", "code", "param"}, "request_id"}`: Anthropic's fields, plus
-our specific kind (`code`: our `type`, or for a generic invalid request its `code`, as on the OpenAI routes) and
-the parameter at fault (`param`), which its clients pass through. Statuses, as
+Body: `{"type": "error", "error": {"type", "message", "code", "param", "docs_url"}, "request_id"}`: Anthropic's
+fields, plus our specific kind (`code`: our `type`, or for a generic invalid request its `code`, as on the OpenAI
+routes), the parameter at fault (`param`) and the catalog entry of our type and code (`docs_url`), which its
+clients pass through (their error models allow extra fields; docs/anthropic.md). Statuses, as
 Anthropic documents them, so the official `anthropic` client raises its typed exceptions:
 
 | ours | status | Anthropic type |
@@ -58,7 +59,8 @@ def _shape(status: int, error: dict[str, Any], request_id: str) -> tuple[int, di
     # our kind: the specific rule for a generic invalid request, else our type (docs/errors.md lists both)
     code = (error.get("code") or kind) if kind == "invalid_request" else (kind if kind in STATUS else error.get("code"))
     body = {"type": "error", "error": {"type": new_type, "message": error.get("message", ""), "code": code,
-                                       "param": error.get("param")}, "request_id": request_id}
+                                       "param": error.get("param"), "docs_url": error.get("docs_url")},
+            "request_id": request_id}
     return new_status, body
 
 

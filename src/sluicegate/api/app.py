@@ -44,6 +44,7 @@ from sluicegate.api.routes import (
 from sluicegate.api.state import AppState, RunnerFactory
 from sluicegate.api.upstreams import TokenizerFactory
 from sluicegate.config import Config
+from sluicegate.errorcatalog import set_docs_base
 from sluicegate.protocol.admin_keys import KeyCreate, KeyUpdate
 from sluicegate.protocol.anthropic_messages import CountTokensRequest, MessagesRequest
 from sluicegate.protocol.batches import BatchCreateRequest
@@ -67,6 +68,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     """The app. `store` holds the API keys and the usage ledger (the caller opens, migrates and closes it);
     None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document). `tokenizers`
     gives an upstream model's own tokenizer by name (None: the local model's, api/upstreams.py)."""
+    set_docs_base(config.error_docs_url)  # every envelope's docs_url, for this process (errorcatalog/)
     state = AppState(config, factory) if store is None else AppState(config, factory, store)
     state.tokenizers = tokenizers
 

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 from starlette.types import Send
 
+from sluicegate.errorcatalog import docs_url
 from sluicegate.serving.errors import ApiError
 
 INTERNAL = "internal error; report the request id"
@@ -18,12 +19,13 @@ ERRORS = Counter("sluicegate_request_errors", "responses and stream error events
 
 
 def envelope(exc: ApiError, request_id: str) -> dict[str, dict[str, str | None]]:
-    """The body of every error (called once per error sent, so it counts them)."""
+    """The body of every error (called once per error sent, so it counts them). `docs_url` is the catalog's
+    entry for its type and code (docs/errors.md), whatever dialect renders it after."""
     ERRORS.labels(exc.type).inc()
     return {
         "error": {
             "type": exc.type, "code": exc.code, "message": exc.message, "param": exc.param,
-            "request_id": request_id,
+            "request_id": request_id, "docs_url": docs_url(exc.type, exc.code),
         }
     }
 

@@ -13,12 +13,13 @@ added to the catalog without `make errors-doc` fails the build.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 from sluicegate.errorcatalog import ENTRIES
 
-__all__ = ["BEGIN", "END", "REFRESH_COMMAND", "main", "render", "splice"]
+__all__ = ["BEGIN", "END", "REFRESH_COMMAND", "anchors", "main", "render", "splice"]
 
 REFRESH_COMMAND = "make errors-doc"
 BEGIN = f"<!-- the catalog: generated from src/sluicegate/errorcatalog/ by `{REFRESH_COMMAND}`; do not edit -->"
@@ -32,6 +33,15 @@ def render() -> str:
         name = f"**`{e.type}`**" if e.code is None else f"`{e.type}` / `{e.code}`"
         rows.append(f'| <a name="{e.anchor}"></a>{name} | {e.status} | {e.meaning} | {e.action} |')
     return "\n".join([BEGIN, *rows, END])
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors a Markdown document defines: its `<a name="...">` (or `id`) and its headings as GitHub slugs
+    them (lower case; punctuation but `-` and `_` dropped; spaces to `-`)."""
+    named = set(re.findall(r'<a (?:name|id)="([^"]+)"', markdown))
+    slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+             for h in re.findall(r"^#+ (.+)$", markdown, re.M)}
+    return named | slugs
 
 
 def splice(text: str, section: str) -> str:

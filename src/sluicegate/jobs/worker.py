@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.engine.types import Priority
+from sluicegate.errorcatalog import docs_url
 from sluicegate.jobs import states as S
 from sluicegate.jobs.leases import Lease
 from sluicegate.jobs.store import JobStore
@@ -280,7 +281,8 @@ class Worker:
         if lease.attempts > MAX_ATTEMPTS or handler is None or lease.body is None:
             why = "unsupported endpoint" if handler is None else "the item failed its worker too many times"
             body = {"error": {"type": "internal_error", "code": "item_failed", "message": why, "param": None,
-                              "request_id": f"req_batch_{lease.id:x}"}}
+                              "request_id": f"req_batch_{lease.id:x}",
+                              "docs_url": docs_url("internal_error", "item_failed")}}
             await self._write(lease, S.ITEM_FAILED, 500, body)
             return
         ctx = RequestContext(request_id=f"req_batch_{lease.id:x}", priority=Priority.BATCH, tenant=key_id or "",

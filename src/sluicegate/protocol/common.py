@@ -74,6 +74,8 @@ class ErrorBody(ResponseModel):
     message: str
     param: str | None = None
     request_id: str
+    docs_url: str = Field(description="the error catalog's entry for this type and code (docs/errors.md, "
+                          "\"Every code\"); its base is the server's --error-docs-url")
 
 
 class ErrorEnvelope(ResponseModel):

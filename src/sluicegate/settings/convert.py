@@ -153,6 +153,7 @@ def to_config(s: ServeSettings, *, model_path: Path | None = None, default_name:
         host=s.host, port=s.port,
         allowed_hosts=None if s.allowed_hosts is None else tuple(s.allowed_hosts),
         cors_origins=tuple(s.cors_origin),
+        error_docs_url=s.error_docs_url,
     )
 
 

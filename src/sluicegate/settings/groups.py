@@ -28,6 +28,7 @@ from sluicegate.config import (
     WebhookConfig,
 )
 from sluicegate.engine.scheduler import SchedulerConfig
+from sluicegate.errorcatalog import DEFAULT_DOCS_URL
 from sluicegate.settings import types as t
 from sluicegate.settings.flag import Flag
 
@@ -90,6 +91,9 @@ class HttpSettings(Group):
     cors_origin: Annotated[list[str], NoDecode, Flag(t.cors_origin, "ORIGIN", repeat=True)] = Field(
         [], description="a browser origin (https://app.example.com) whose pages may call this server, repeatable; "
         "`*`: any origin (default: none, so browsers refuse other origins' pages)")
+    error_docs_url: Annotated[str, Flag(t.docs_url, "URL")] = Field(
+        DEFAULT_DOCS_URL, description="where the error catalog (docs/errors.md) is published: every error's "
+        "docs_url is this and the anchor of its type or code (default: the project's main branch on GitHub)")
     log_level: Annotated[str, Flag(t.log_level, "|".join(t.LOG_LEVELS))] = Field(
         "info", description="the least severe log line written")
     log_format: Annotated[str, Flag(t.log_format, "|".join(t.LOG_FORMATS))] = Field(

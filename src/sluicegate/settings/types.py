@@ -151,6 +151,19 @@ def cors_origin(value: Any) -> str:
     return f"{parts.scheme}://{parts.netloc.lower()}"
 
 
+def docs_url(value: Any) -> str:
+    """An http(s) URL with a host and no fragment, in printable ASCII (an error's anchor is appended to it)."""
+    from urllib.parse import urlsplit
+
+    text = str(value).strip()
+    parts = urlsplit(text)
+    if (parts.scheme not in ("http", "https") or not parts.hostname or "#" in text or len(text) > 512
+            or not (text.isascii() and text.isprintable()) or " " in text):
+        raise ValueError("a docs URL is an http(s) URL with a host and no #fragment, at most 512 printable ASCII "
+                         f"characters; not {text[:80]!r}")
+    return text
+
+
 def text(value: Any) -> str:
     """Any text (a name, a URL)."""
     if isinstance(value, dict | list):
@@ -179,7 +192,7 @@ def split_list(value: Any) -> list[Any]:
     return [part.strip() for part in str(value).split(",") if part.strip()]
 
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "Parse", "cors_origin", "flag_bool", "host_pattern", "log_format",
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "Parse", "cors_origin", "docs_url", "flag_bool", "host_pattern", "log_format",
            "log_level", "network", "nonnegative_int", "nonnegative_seconds", "port", "positive_days",
            "positive_hours", "positive_int", "positive_seconds", "seconds_or_none", "speculative", "split_list",
            "text"]

@@ -48,6 +48,8 @@ _ERROR = {
                 "type": {"type": "string"}, "message": {"type": "string"},
                 "code": {"type": ["string", "null"], "description": "our specific kind (docs/errors.md)"},
                 "param": {"type": ["string", "null"]},
+                "docs_url": {"type": "string", "description": "the error catalog's entry for our type and code "
+                             "(docs/errors.md)"},
             },
         },
         "request_id": {"type": "string"},
