@@ -35,17 +35,21 @@ def entry(type_: str, code: str | None) -> ErrorEntry:
     return found if found is not None else TYPES[type_]
 
 
-_base = [DEFAULT_DOCS_URL]  # one process, one base: the app built from the settings sets it
+_docs_base = DEFAULT_DOCS_URL  # one process, one base: create_app sets it from the settings
 
 
 def set_docs_base(url: str) -> None:
-    """Where the catalog is published (docs/errors.md's address, without an anchor), for every envelope after."""
-    _base[0] = url
+    """Where the catalog is published (docs/errors.md's address, without an anchor), for every envelope after.
+
+    Process-wide rather than passed along: envelopes are written from a few dozen places (middleware, routes,
+    the connection layer, the batch worker) that share no request object, and one server runs one app."""
+    global _docs_base
+    _docs_base = url
 
 
 def docs_url(type_: str, code: str | None) -> str:
     """The address of this error's entry in the catalog."""
-    return f"{_base[0]}#{entry(type_, code).anchor}"
+    return f"{_docs_base}#{entry(type_, code).anchor}"
 
 
 __all__ = ["CODES", "DEFAULT_DOCS_URL", "ENTRIES", "STATUS", "TYPES", "ErrorEntry", "docs_url", "entry",
