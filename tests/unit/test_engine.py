@@ -253,7 +253,7 @@ def test_submit_refuses_by_the_deadline_forecast_once_calibrated() -> None:
 
     with engine(n_slots=1) as (eng, runner):
         runner.gated = True
-        blocker = run(eng, req("block", max_new_tokens=400))
+        blocker = run(eng, req("block", max_new_tokens=400, ignore_eos=True))  # (sampled: it could end early)
         wait_for(lambda: runner.entered >= 1)  # its load is published before its (held) forward pass
         # 10 ms a step, 1 ms a prompt token: the blocker's ~400 tokens are ~4 s ahead
         now = time.monotonic()
@@ -265,7 +265,7 @@ def test_submit_refuses_by_the_deadline_forecast_once_calibrated() -> None:
             eng.submit(req("s", max_new_tokens=10, deadline=now + 1.0), Collector())
         assert shed.value.code == "wait_exceeds_deadline" and 1 <= shed.value.retry_after <= 60
         assert eng.stats.requests_shed == 1
-        ok = run(eng, req("ok", max_new_tokens=2, deadline=now + 3600))  # fits: queued
+        ok = run(eng, req("ok", max_new_tokens=2, deadline=now + 3600, ignore_eos=True))  # fits: queued
         runner.gated = False
         runner.release(1000)
         assert ok.wait().finish_reason is FinishReason.LENGTH
