@@ -1,4 +1,5 @@
-"""Errors on Anthropic's routes (`/v1/messages`, `/v1/messages/count_tokens`): Anthropic's shape and statuses.
+"""Errors on Anthropic's routes (`/v1/messages`, `/v1/messages/count_tokens` and any path below them: the route
+registry's `Dialect.ANTHROPIC`, sluicegate/registry.py): Anthropic's shape and statuses.
 
 Body: `{"type": "error", "error": {"type", "message", "code", "param", "docs_url"}, "request_id"}`: Anthropic's
 fields, plus our specific kind (`code`: our `type`, or for a generic invalid request its `code`, as on the OpenAI
@@ -34,9 +35,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluicegate.api.envelope import envelope
 from sluicegate.api.middleware.request_context import context_of
+from sluicegate.registry import Dialect, route_for
 from sluicegate.serving.errors import STATUS, ApiError
 
-PATH = "/v1/messages"
 _BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
               504: "timeout_error"}
@@ -69,10 +70,6 @@ def anthropic_envelope(exc: ApiError, request_id: str) -> dict[str, Any]:
     return _shape(exc.status, envelope(exc, request_id)["error"], request_id)[1]
 
 
-def is_anthropic(path: str) -> bool:
-    return path == PATH or path.startswith(PATH + "/")
-
-
 class AnthropicErrors:
     """Pure ASGI, inside the request context and outside everything that can refuse (module doc)."""
 
@@ -80,7 +77,7 @@ class AnthropicErrors:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_anthropic(scope.get("path", "")):
+        if scope["type"] != "http" or route_for(scope.get("path", "")).dialect is not Dialect.ANTHROPIC:
             await self.app(scope, receive, send)
             return
         rid = context_of(scope).request_id
@@ -120,4 +117,4 @@ class AnthropicErrors:
         await self.app(scope, receive, convert)
 
 
-__all__ = ["AnthropicErrors", "anthropic_envelope", "anthropic_view", "is_anthropic"]
+__all__ = ["AnthropicErrors", "anthropic_envelope", "anthropic_view"]

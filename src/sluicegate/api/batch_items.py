@@ -28,6 +28,7 @@ from sluicegate.protocol import openai_chat, openai_completions
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_common import Refusal
 from sluicegate.protocol.openai_completions import CompletionRequest
+from sluicegate.registry import CHAT, COMPLETIONS, PREDICTIONS
 from sluicegate.serving import openai_chat as chat
 from sluicegate.serving import openai_completions as completions
 from sluicegate.serving import predictions
@@ -92,9 +93,10 @@ def _prediction(served: Served) -> Handler:
 
 
 def handlers(served: Served) -> dict[str, Handler]:
+    """A handler for each route batch items may run on (the route registry's `batch`), by its path."""
     return {
-        "/v1/chat/completions": _openai(served, ChatCompletionRequest, openai_chat.chat_refusal, chat),
-        "/v1/completions": _openai(served, CompletionRequest, openai_completions.completion_refusal, completions),
-        "/v1/predictions": _prediction(served),
+        CHAT.path: _openai(served, ChatCompletionRequest, openai_chat.chat_refusal, chat),
+        COMPLETIONS.path: _openai(served, CompletionRequest, openai_completions.completion_refusal, completions),
+        PREDICTIONS.path: _prediction(served),
     }
 

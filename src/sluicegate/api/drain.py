@@ -1,11 +1,12 @@
 """The shutdown drain, as the app sees it: which requests are in flight, and refusing new ones while draining.
 
 `Drain` is flipped by the server on SIGTERM (api/server/run.py). From then on `/readyz` answers 503
-`shutting_down` (a load balancer stops sending), every other new request but `/healthz` and `/metrics` gets
-503 `shutting_down` with `Retry-After`, and every response carries `Connection: close` (a kept-alive client
-reconnects, to another replica). Requests already in flight go on; the server waits for them (`wait_idle`),
-then marks those still running as cut (their access line says so, once) and stops the engine, whose
-cancelled runs end each stream with an error event and `[DONE]` and each whole answer with its envelope.
+`shutting_down` (a load balancer stops sending), every other new request but `/healthz` and `/metrics` (the
+route registry's `drain_exempt`, sluicegate/registry.py) gets 503 `shutting_down` with `Retry-After`, and
+every response carries `Connection: close` (a kept-alive client reconnects, to another replica). Requests
+already in flight go on; the server waits for them (`wait_idle`), then marks those still running as cut (their
+access line says so, once) and stops the engine, whose cancelled runs end each stream with an error event and
+`[DONE]` and each whole answer with its envelope.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.request_context import CUT, context_of
+from sluicegate.registry import ROUTES
 from sluicegate.serving.errors import ApiError
 
-EXEMPT = frozenset({"/healthz", "/readyz", "/metrics"})  # answered while draining (readyz says 503 itself)
+_EXEMPT = frozenset(r.path for r in ROUTES if r.drain_exempt)  # answered while draining (readyz says 503 itself)
 RETRY_AFTER_S = 5  # Retry-After on 503 shutting_down
 
 
@@ -78,7 +80,7 @@ class DrainMiddleware:
         self.drain = drain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in EXEMPT:
+        if scope["type"] != "http" or scope["path"] in _EXEMPT:
             await self.app(scope, receive, self._closing(send))
             return
         drain = self.drain

@@ -12,6 +12,7 @@ from sluicegate.jobs.output import render_files
 from sluicegate.jobs.states import EVENTS
 from sluicegate.jobs.store import JobStore
 from sluicegate.jobs.worker import Outcome, Worker
+from sluicegate.registry import jobs_route
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchJob
 from sluicegate.tenancy.usage import UsageLedger
@@ -64,9 +65,8 @@ class JobsRuntime:
             self.worker.cancel_job(job_id)
 
     def _usage(self, key_id: str | None, endpoint: str, outcome: Outcome, request_id: str) -> None:
-        route = "/v1/batch-predictions" if endpoint == "/v1/predictions" else "/v1/batches"
-        u = outcome.usage
-        self.ledger.record(key_id, route, u.prompt_tokens, u.cached_tokens, u.generated_tokens,
+        u = outcome.usage  # under the route that made the job (the route registry's `jobs`)
+        self.ledger.record(key_id, jobs_route(endpoint), u.prompt_tokens, u.cached_tokens, u.generated_tokens,
                            outcome.status_code, request_id=request_id)
 
     def announce(self, job: BatchJob, final: str) -> None:

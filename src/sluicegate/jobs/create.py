@@ -9,14 +9,16 @@ from typing import Any
 
 from sluicegate.config import JobsConfig
 from sluicegate.jobs.files import FileStore, LineSplitter
-from sluicegate.jobs.intake import LINE_DEPTH, PAGE, SEED_ENDPOINT, Intake, TooManyItems
+from sluicegate.jobs.intake import LINE_DEPTH, PAGE, Intake, TooManyItems
 from sluicegate.jobs.limits import check_concurrency, check_tokens, too_many_items
 from sluicegate.jobs.store import JobStore, OverLimit
+from sluicegate.registry import Shape, batch_targets
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.strict_json import parse_json
 
 WINDOW_S = {"24h": 24 * 3600.0}
 SEED_WINDOW = "24h"
+(SEED_ENDPOINT,) = batch_targets(Shape.SEED)  # the one route a seed job's items run on (the route registry)
 
 
 def create_openai(jobs: JobStore, files: FileStore, cfg: JobsConfig, estimate_new: int, *, key_id: str | None,

@@ -24,8 +24,6 @@ from sluicegate.serving.strict_json import MAX_DEPTH, parse_json
 LINE_DEPTH = MAX_DEPTH + 1  # an OpenAI line's envelope around its body: the body nests as deep as a request's
 PAGE = 500  # items inserted per statement
 MAX_ERRORS = 100  # validation errors reported on a failed OpenAI batch
-OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
-SEED_ENDPOINT = "/v1/predictions"
 
 
 class TooManyItems(Exception):

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
 from sluicegate.protocol.common import ResponseModel, StrictModel
+from sluicegate.registry import Shape, batch_targets
 
 BatchStatus = Literal["validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling",
                       "cancelled"]
 SeedStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Metadata = Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)]
+if TYPE_CHECKING:  # a Literal built at run time, which a type checker cannot read: a string to it
+    BatchEndpoint = str
+else:  # the routes an OpenAI batch may run on, from the route registry: the schema's enum, in its order
+    BatchEndpoint = Literal[batch_targets(Shape.OPENAI)]
 
 
 class FileObject(ResponseModel):
@@ -42,7 +47,7 @@ class FileDeleted(ResponseModel):
 
 class BatchCreateRequest(StrictModel):
     input_file_id: str = Field(min_length=1, max_length=64)
-    endpoint: Literal["/v1/chat/completions", "/v1/completions"]
+    endpoint: BatchEndpoint
     completion_window: Literal["24h"]
     metadata: Metadata | None = None
 

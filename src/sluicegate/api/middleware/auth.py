@@ -5,15 +5,17 @@
   TTL), and from then on: revoking every key does not switch it off.
 - The key comes as `Authorization: Bearer KEY` or `x-api-key: KEY`; both at once must agree.
 - Every route but `/healthz`, `/readyz` and the playground page (`/`, `/playground` and its static assets: they
-  hold no data, and the page must load to ask for a key) is guarded (`ROUTE_RULES`): a scope, or any valid key.
+  hold no data, and the page must load to ask for a key) is guarded: a scope, or any valid key, as the route
+  registry (sluicegate/registry.py) declares it; a path no entry covers needs any valid key.
 - 401 `authentication_required` (no key), 401 `invalid_api_key` (malformed; or unknown, revoked, expired,
   which share one message so a caller cannot learn which keys exist), both with `WWW-Authenticate: Bearer`;
   403 `permission_denied` (the key lacks the route's scope). 503 `store_unavailable` when the key cannot be
   checked (fail closed).
 - The key's id becomes the request's tenant (`RequestContext.tenant`, the scheduler's fairness unit), and
   its scopes go to `RequestContext.scopes`.
-- Metered routes (those needing `generate`) get one usage-ledger row when the response has ended, with the
-  status sent and the usage the route left on the context (zeros when it refused the request).
+- The POSTs of the routes that create work (the registry's `work`) get one usage-ledger row, under the entry's
+  path, when the response has ended, with the status sent and the usage the route left on the context (zeros
+  when it refused the request).
 - The key is never logged: neither this module nor the access log writes headers.
 """
 
@@ -21,69 +23,22 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.request_context import context_of
+from sluicegate.registry import Route, route_for
 from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.serving.errors import ApiError
 from sluicegate.telemetry import tracing
 from sluicegate.tenancy.keys import ALL_SCOPES, KEY_LENGTH, PREFIX, KeyRecord, acceptable
-from sluicegate.tenancy.keys import Scope as KeyScope
 
 if TYPE_CHECKING:
     from sluicegate.api.state import AppState
 
 log = logging.getLogger("sluicegate.auth")
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    path: str  # the route, or the root of a family of routes (`/v1/files` covers `/v1/files/{id}/content`)
-    scope: KeyScope | None  # None: any valid key
-    open: bool = False  # no key needed, ever
-    tree: bool = False  # an open rule covers the paths below it too (static assets)
-    metered: bool = False  # one usage-ledger row per POST (the work-creating method)
-
-
-ROUTE_RULES: tuple[Rule, ...] = (
-    Rule("/healthz", None, open=True),
-    Rule("/readyz", None, open=True),
-    Rule("/", None, open=True),  # the playground page (api/routes/playground.py): no data, no work
-    Rule("/playground", None, open=True),
-    Rule("/playground/assets", None, open=True, tree=True),
-    Rule("/v1/generate", KeyScope.GENERATE, metered=True),
-    Rule("/v1/chat/completions", KeyScope.GENERATE, metered=True),
-    Rule("/v1/completions", KeyScope.GENERATE, metered=True),
-    Rule("/v1/messages/count_tokens", KeyScope.GENERATE),  # before its parent: it creates no work
-    Rule("/v1/messages", KeyScope.GENERATE, metered=True),
-    Rule("/v1/responses", KeyScope.GENERATE, metered=True),  # stored responses: read and deleted by their key
-    Rule("/v1/predictions", KeyScope.GENERATE, metered=True),
-    Rule("/tokenize", KeyScope.GENERATE),
-    Rule("/detokenize", KeyScope.GENERATE),
-    Rule("/v1/batches", KeyScope.BATCH),
-    Rule("/v1/batch-predictions", KeyScope.BATCH),
-    Rule("/v1/files", KeyScope.BATCH),
-    Rule("/v1/webhook-endpoints", KeyScope.BATCH),  # webhooks announce batch events
-    Rule("/v1/webhook-deliveries", KeyScope.BATCH),
-    Rule("/metrics", KeyScope.METRICS),
-    Rule("/v1/models", None),
-    Rule("/v1/usage", None),
-    Rule("/v1/admin", KeyScope.ADMIN),  # keys over HTTP
-)
-ANY_KEY = Rule("", None)  # every other path (the OpenAPI document, unknown routes): any valid key
-
-
-def rule_for(path: str) -> Rule:
-    """The rule for a path; an open rule covers its exact path only (`/healthz/x` needs a key) unless it is a
-    `tree`."""
-    for rule in ROUTE_RULES:
-        if path == rule.path or ((rule.tree or not rule.open) and path.startswith(rule.path + "/")):
-            return rule
-    return ANY_KEY
 
 
 HOW = "send it as Authorization: Bearer KEY or x-api-key: KEY"
@@ -137,16 +92,16 @@ def document_auth(doc: dict[str, Any]) -> None:
     its 401 and 403 answers."""
     doc.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     for path, operations in doc.get("paths", {}).items():
-        rule = rule_for(path)
-        if rule.open:
+        route = route_for(path)
+        if route.public:
             continue
         for op in operations.values():
             op["security"] = [{"bearer": []}, {"apiKeyHeader": []}]
             responses = op.setdefault("responses", {})
             responses.setdefault("401", {"description": "authentication_required, invalid_api_key (once the "
                                                         "server holds API keys)", "content": _ENVELOPE})
-            if rule.scope is not None:
-                responses.setdefault("403", {"description": f"permission_denied: needs the `{rule.scope.value}` "
+            if route.scope is not None:
+                responses.setdefault("403", {"description": f"permission_denied: needs the `{route.scope.value}` "
                                                             "scope", "content": _ENVELOPE})
 
 
@@ -165,14 +120,14 @@ class AuthMiddleware:
         if scope["type"] not in ("http", "websocket"):  # lifespan
             await self.app(scope, receive, send)
             return
-        rule = rule_for(scope["path"])
-        if rule.open:
+        route = route_for(scope["path"])
+        if route.public:
             await self.app(scope, receive, send)
             return
         ctx = context_of(scope)
         t = time.perf_counter()
         with tracing.span("auth", ctx.request_id):
-            refusal = await self._authenticate(scope, rule, ctx)
+            refusal = await self._authenticate(scope, route, ctx)
         ctx.stage("auth", t)
         if refusal is not None:
             if scope["type"] == "websocket":  # no route takes one today; one added later is guarded too
@@ -183,7 +138,7 @@ class AuthMiddleware:
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
             return
-        if not rule.metered or scope.get("method") != "POST":  # reading a stored result costs no tokens
+        if not route.work or scope.get("method") != "POST":  # reading a stored result costs no tokens
             await self.app(scope, receive, send)
             return
         status = 0
@@ -198,10 +153,10 @@ class AuthMiddleware:
             await self.app(scope, receive, watch)
         finally:
             usage = ctx.usage or (ctx.meter() if ctx.meter is not None else TokenUsage())
-            self.state.ledger.record(ctx.key_id, rule.path, usage.prompt_tokens, usage.cached_tokens,
+            self.state.ledger.record(ctx.key_id, route.path, usage.prompt_tokens, usage.cached_tokens,
                                      usage.generated_tokens, status or 500, request_id=ctx.request_id)
 
-    async def _authenticate(self, scope: Scope, rule: Rule, ctx: RequestContext) -> ApiError | None:
+    async def _authenticate(self, scope: Scope, route: Route, ctx: RequestContext) -> ApiError | None:
         keys = self.state.keys
         try:
             if not await keys.enforced():
@@ -223,8 +178,8 @@ class AuthMiddleware:
         ctx.key_id = ctx.tenant = record.id
         ctx.scopes = record.scopes
         scope.setdefault("state", {})["api_key"] = record  # for middleware inside this one (rate limits)
-        if rule.scope is not None and rule.scope not in record.scopes:
-            return _forbidden(rule.scope.value)
+        if route.scope is not None and route.scope not in record.scopes:
+            return _forbidden(route.scope.value)
         return None
 
-__all__ = ["ROUTE_RULES", "AuthMiddleware", "Rule", "api_key_of", "credentials", "document_auth", "rule_for"]
+__all__ = ["AuthMiddleware", "api_key_of", "credentials", "document_auth"]

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.config import LimitsConfig
+from sluicegate.registry import ROUTES, Upload
 from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.access")
@@ -65,18 +66,19 @@ def _expects_continue(scope: Scope) -> bool:
 
 UPLOAD_OVERHEAD = 64 << 10  # multipart framing and form fields allowed beside an upload's own limit
 JSONL_TYPES = (b"application/jsonl", b"application/x-ndjson", b"application/jsonlines")
+_UPLOADS = {r.path: r.upload for r in ROUTES if r.upload is not None}
 
 
 def upload_limit(scope: Scope, file_bytes: int) -> int | None:
-    """The upload routes' own limit, exempt from the JSON one: a multipart file to `/v1/files`, a JSONL body
-    to `/v1/batch-predictions` (both streamed to the store; the routes count the file itself). None: a JSON
-    route, under the JSON limit."""
+    """The upload routes' own limit (the route registry's `upload`), exempt from the JSON one: a multipart file
+    (`/v1/files`), a JSONL body (`/v1/batch-predictions`), both streamed to the store; the routes count the
+    file itself. None: a JSON route, or a JSON body, under the JSON limit."""
     if scope.get("method") != "POST":
         return None
-    path = scope.get("path")
-    if path == "/v1/files":
+    upload = _UPLOADS.get(scope.get("path", ""))
+    if upload is Upload.FILE:
         return file_bytes + UPLOAD_OVERHEAD
-    if path == "/v1/batch-predictions":
+    if upload is Upload.JSONL:
         for key, value in scope["headers"]:
             if key == b"content-type" and value.partition(b";")[0].strip().lower() in JSONL_TYPES:
                 return file_bytes

@@ -5,7 +5,8 @@ become `RequestContext.deadlines` and `RequestContext.deadline` (a whole answer'
 to a stream's when the request streams (serving/deadline.py has the rules, docs/timeouts.md the why). A
 malformed value is refused here, before the body is read, in the envelope of the route's surface: 422
 `invalid_request` on native routes, 400 `invalid_request_error` on the OpenAI-compatible ones, `param`
-naming the header. Other routes (reads, health, metrics) ignore the headers: they create no work.
+naming the header. Other routes (reads, health, metrics) ignore the headers: they create no work. Which
+routes read them, and their error dialect: the route registry (`deadline`, `dialect`; sluicegate/registry.py).
 """
 
 from __future__ import annotations
@@ -18,18 +19,13 @@ from sluicegate.api.envelope import error_response
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.config import DeadlineConfig
+from sluicegate.registry import ROUTES, Dialect
 from sluicegate.serving import deadline
 from sluicegate.serving.errors import ApiError
 
-# POST routes that create work -> whether their errors take the OpenAI shape (api/openai_errors.py)
-WORK_ROUTES: Mapping[str, bool] = {
-    "/v1/generate": False,
-    "/v1/predictions": False,
-    "/v1/chat/completions": True,
-    "/v1/completions": True,
-    "/v1/responses": True,
-    "/v1/messages": False,  # rendered in Anthropic's shape by api/anthropic_errors.py
-}
+# the POST routes that read the headers -> their errors' dialect (Anthropic's: the envelope, which
+# api/anthropic_errors.py re-renders)
+_DIALECTS: Mapping[str, Dialect] = {r.path: r.dialect for r in ROUTES if r.deadline}
 _NAMES = frozenset(key.encode() for key, _, _ in deadline.HEADERS)
 
 
@@ -39,8 +35,8 @@ class DeadlineMiddleware:
         self.config = config
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        openai = WORK_ROUTES.get(scope.get("path", "")) if scope["type"] == "http" else None
-        if openai is None or scope.get("method") != "POST":
+        dialect = _DIALECTS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if dialect is None or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
         ctx = context_of(scope)
@@ -51,7 +47,7 @@ class DeadlineMiddleware:
         try:
             deadline.apply(ctx, deadline.caller_timeout(sent), self.config)
         except ApiError as exc:
-            render = openai_error_response if openai else error_response
+            render = openai_error_response if dialect is Dialect.OPENAI else error_response
             await render(exc, ctx.request_id)(scope, receive, send)
             return
         await self.app(scope, receive, send)

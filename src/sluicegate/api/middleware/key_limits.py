@@ -12,9 +12,10 @@ Beside, never instead of, the token bucket (api/middleware/ratelimit.py):
   of such a key carries OpenAI's `X-RateLimit-Limit-Requests`, `X-RateLimit-Remaining-Requests` and
   `x-ratelimit-reset-requests`.
 
-"Requests that create work" are the POSTs of the metered routes (generation: the ones the usage ledger
-counts); reading a stored result, listing models or batch jobs (which run at batch priority, apart) count for
-neither. A refused request reserved nothing: a refusal by the request count gives its concurrency slot back.
+"Requests that create work" are the POSTs of the metered routes (the route registry's `work`: the ones the
+usage ledger counts); reading a stored result, listing models or batch jobs (which run at batch priority,
+apart) count for neither. A refused request reserved nothing: a refusal by the request count gives its
+concurrency slot back.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from typing import TYPE_CHECKING
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluicegate.api.envelope import send_error
-from sluicegate.api.middleware.auth import api_key_of, rule_for
+from sluicegate.api.middleware.auth import api_key_of
 from sluicegate.api.middleware.request_context import context_of
+from sluicegate.registry import route_for
 from sluicegate.serving.errors import ApiError
 from sluicegate.tenancy.ratelimit import Decision, Outcome, RateLimiterUnavailable, TokenLimit, unavailable_error
 from sluicegate.tenancy.ratelimit.headers import ceil_ms, ceil_seconds, go_duration
@@ -66,7 +68,7 @@ class KeyLimitsMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = api_key_of(scope) if scope["type"] == "http" else None
-        if key is None or scope.get("method") != "POST" or not rule_for(scope["path"]).metered:
+        if key is None or scope.get("method") != "POST" or not route_for(scope["path"]).work:
             await self.app(scope, receive, send)
             return
         rl = self.state.config.ratelimit

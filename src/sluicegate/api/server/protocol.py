@@ -49,12 +49,13 @@ from sluicegate.api.server.refusals import (
     unsupported_coding,
 )
 from sluicegate.config import ConnectionConfig
+from sluicegate.registry import ROUTES
 from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.connection")
 
 IDLE, HEAD, BODY = 0, 1, 2  # where the parser is: between requests, inside a head, inside a body
-HEALTH_PATHS = frozenset({b"/healthz", b"/readyz"})
+HEALTH_PATHS = frozenset(r.path.encode() for r in ROUTES if r.probe)  # the route registry's probes
 LINGER_S = 2.0  # after an answer written here, read and drop what the client still sends for this long
 LINGER_BYTES = 1 << 20  # or this much, then close
 _REFUSED_LOG_EVERY_S = 10.0
