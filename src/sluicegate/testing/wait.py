@@ -17,6 +17,14 @@ TIMEOUT_S = 120.0
 INTERVAL_S = 0.01
 
 
+def _check(predicate: Callable[[], T], deadline: float, timeout: float, message: str) -> T:
+    """One poll: the predicate's value (falsy: not yet), or `AssertionError` once `deadline` has passed."""
+    value = predicate()
+    if not value and time.monotonic() > deadline:
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {message}")
+    return value
+
+
 def wait_for(predicate: Callable[[], T], timeout: float = TIMEOUT_S, *, interval: float = INTERVAL_S,
              message: str = "the condition") -> T:
     """Call `predicate` every `interval` s until it returns something truthy, and return that value.
@@ -26,23 +34,15 @@ def wait_for(predicate: Callable[[], T], timeout: float = TIMEOUT_S, *, interval
     An exception from `predicate` (a process that exited, say) propagates at once.
     """
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {message}")
+    while not (value := _check(predicate, deadline, timeout, message)):
         time.sleep(interval)
+    return value
 
 
 async def wait_for_async(predicate: Callable[[], T], timeout: float = TIMEOUT_S, *, interval: float = INTERVAL_S,
                          message: str = "the condition") -> T:
     """`wait_for` for a test running on an event loop: sleeps with `asyncio.sleep`, so the loop keeps running."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {message}")
+    while not (value := _check(predicate, deadline, timeout, message)):
         await asyncio.sleep(interval)
+    return value
