@@ -160,18 +160,22 @@ class _Differ:
         self._multiple_of(so.get("multipleOf"), sn.get("multipleOf"), path)
         for kw in ("pattern", "format"):
             a, b = so.get(kw), sn.get(kw)
-            if a == b:
-                continue
-            if a is None:
-                self.add(path, f"{kw}_added", "narrow", f"{kw} {canonical(b)} added")
-            elif b is None:
-                self.add(path, f"{kw}_removed", "widen", f"{kw} {canonical(a)} removed")
-            else:
-                self.add(path, f"{kw}_changed", "both", f"{kw} {canonical(a)} -> {canonical(b)}")
+            if a != b:
+                self._condition(path, kw, a, b, None)
         self._array(o, n, path)
         if "object" in (to, tn):
             self._object(o, n, path)
         self._rules(so, sn, path)
+
+    def _condition(self, path: str, kw: str, a: Any, b: Any, absent: Any) -> None:
+        """Keyword `kw`, one condition on the document, went from `a` to `b` (`absent`: not there): adding it
+        narrows, removing it widens, changing it may do both."""
+        if a is absent:
+            self.add(path, f"{kw}_added", "narrow", f"{kw} {canonical(b)} added")
+        elif b is absent:
+            self.add(path, f"{kw}_removed", "widen", f"{kw} {canonical(a)} removed")
+        else:
+            self.add(path, f"{kw}_changed", "both", f"{kw} {canonical(a)} -> {canonical(b)}")
 
     def _rules(self, so: Schema, sn: Schema, path: str) -> None:
         """Keywords compared whole, not reasoned about: `propertyNames` and the cross-field rules (`if`/`then`,
@@ -179,14 +183,8 @@ class _Differ:
         adding one narrows, removing one widens, and changing one may do both."""
         for kw in ("propertyNames", *RULE_KEYWORDS):
             a, b = so.get(kw, _MISSING), sn.get(kw, _MISSING)
-            if canonical(None if a is _MISSING else a) == canonical(None if b is _MISSING else b):
-                continue
-            if a is _MISSING:
-                self.add(path, f"{kw}_added", "narrow", f"{kw} {canonical(b)} added")
-            elif b is _MISSING:
-                self.add(path, f"{kw}_removed", "widen", f"{kw} {canonical(a)} removed")
-            else:
-                self.add(path, f"{kw}_changed", "both", f"{kw} {canonical(a)} -> {canonical(b)}")
+            if canonical(None if a is _MISSING else a) != canonical(None if b is _MISSING else b):
+                self._condition(path, kw, a, b, _MISSING)
         ro = {canonical(r): r for r in so.get("allOf") or []}
         rn = {canonical(r): r for r in sn.get("allOf") or []}
         for text in sorted(rn.keys() - ro.keys()):
