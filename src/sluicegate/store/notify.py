@@ -17,13 +17,14 @@ everyone once, since it may have missed something meanwhile; its wait is bounded
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
+
+from sluicegate.tasks import cancel
 
 log = logging.getLogger("sluicegate.store")
 
@@ -53,11 +54,8 @@ class Listener:
         self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         backoff = BACKOFF_S[0]

@@ -35,6 +35,7 @@ from sluicegate import __version__
 from sluicegate.config import WebhookConfig
 from sluicegate.store.db import Store
 from sluicegate.store.polling import IdlePoll
+from sluicegate.tasks import cancel
 from sluicegate.webhooks import store as db
 from sluicegate.webhooks.ssrf import Guard, Resolver, UnsafeUrl, system_resolve
 
@@ -119,11 +120,8 @@ class Webhooks:
         self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         async with httpx.AsyncClient(transport=self._transport, follow_redirects=False, trust_env=False,

@@ -22,6 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sluicegate.tasks import cancel
 from sluicegate.tenancy.ratelimit.limiter import RateLimiterUnavailable
 
 if TYPE_CHECKING:
@@ -141,11 +142,8 @@ class RedisConcurrency:
                         await self._run(self._renew(keys=[self.prefix + key], args=[self.lease_s, *holders]))
 
     async def close(self) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
-            self._renewer = None
+        await cancel(self._renewer)
+        self._renewer = None
 
 
 class FailOpenConcurrency:
