@@ -27,6 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MARKER = "zqx7-probe-marker"  # placed in probe bodies; a response that contains it echoed the input
+WEATHER_SCHEMA: dict[str, Any] = {  # the one tool's arguments schema, in each surface's tool shape
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 8}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 CHUNK = 1 << 20
 
 Body = bytes | Callable[[], Iterator[bytes]] | None

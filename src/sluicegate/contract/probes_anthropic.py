@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sluicegate.contract.probes import MARKER, Probe, ProbeOptions, Target, json_body_probes, register
+from sluicegate.contract.probes import MARKER, WEATHER_SCHEMA, Probe, ProbeOptions, Target, json_body_probes, register
 
 INVALID = (400, "invalid_request_error")
 ANTHROPIC_EXPECT: Mapping[str, tuple[int, str]] = {
@@ -22,11 +22,7 @@ ANTHROPIC_EXPECT: Mapping[str, tuple[int, str]] = {
 }
 MESSAGES = "/v1/messages"
 COUNT = "/v1/messages/count_tokens"
-_TOOL = {
-    "name": "get_weather",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
-                     "required": ["city"], "additionalProperties": False},
-}
+_TOOL = {"name": "get_weather", "input_schema": WEATHER_SCHEMA}
 
 
 def messages_target(opts: ProbeOptions) -> Target:

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sluicegate.contract.probes import MARKER, Probe, ProbeOptions, Target, json_body_probes, register
+from sluicegate.contract.probes import MARKER, WEATHER_SCHEMA, Probe, ProbeOptions, Target, json_body_probes, register
 
 INVALID = (400, "invalid_request_error")
 OPENAI_EXPECT: Mapping[str, tuple[int, str]] = {
@@ -42,18 +42,7 @@ def completions_target(opts: ProbeOptions) -> Target:
     return Target("completions", COMPLETIONS, base, tokens="max_tokens", expect=OPENAI_EXPECT)
 
 
-_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 8}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
+_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_SCHEMA}}
 
 
 def chat_probes(opts: ProbeOptions) -> list[Probe]:

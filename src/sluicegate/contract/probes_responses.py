@@ -8,21 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sluicegate.contract.probes import MARKER, Probe, ProbeOptions, Target, json_body_probes, register
+from sluicegate.contract.probes import MARKER, WEATHER_SCHEMA, Probe, ProbeOptions, Target, json_body_probes, register
 from sluicegate.contract.probes_openai import INVALID, OPENAI_EXPECT
 
 RESPONSES = "/v1/responses"
 NO_SUCH = "resp_" + "0" * 24
-_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "maxLength": 8}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
+_TOOL = {"type": "function", "name": "get_weather", "parameters": WEATHER_SCHEMA}
 NOT_FOUND = (404, "invalid_request_error")
 
 
