@@ -70,6 +70,7 @@ from sluicegate.serving.core import HEARTBEAT_S, Runs, collect_finished, finish_
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 from sluicegate.serving.tool_calls import ArgsPiece, CallStart, Event, TextPiece, ToolCallParser, parse
+from sluicegate.serving.validation import refused
 
 
 @dataclass(slots=True)
@@ -82,12 +83,8 @@ class MessagesPlan:
         return self.chat.runs
 
 
-def _bad(param: str, message: str, code: str = "invalid_combination") -> ApiError:
-    return ApiError("invalid_request", message, param=param, code=code)
-
-
 def _misplaced(i: int, j: int, why: str) -> ApiError:
-    return _bad(f"messages[{i}].content[{j}].type", f"messages[{i}].content[{j}]: {why}", code="misplaced_block")
+    return refused(f"messages[{i}].content[{j}].type", f"messages[{i}].content[{j}]: {why}", code="misplaced_block")
 
 
 def _text(blocks: list[TextBlockParam]) -> str:
@@ -99,18 +96,18 @@ def _check(req: CountTokensRequest) -> None:
     choice = req.tool_choice
     names = [t.name for t in req.tools or ()]
     if choice is not None and not req.tools:
-        raise _bad("tool_choice", "tool_choice needs tools")
+        raise refused("tool_choice", "tool_choice needs tools")
     if len(set(names)) != len(names):
-        raise _bad("tools", "two tools have the same name", code="duplicate_function")
+        raise refused("tools", "two tools have the same name", code="duplicate_function")
     if isinstance(choice, ToolChoiceTool) and choice.name not in names:
-        raise _bad("tool_choice.name", "tool_choice names a tool that is not in tools", code="unknown_function")
+        raise refused("tool_choice.name", "tool_choice names a tool that is not in tools", code="unknown_function")
     calls = bool(req.tools) and not isinstance(choice, ToolChoiceNone)
     if calls and isinstance(req, MessagesRequest) and req.stop_sequences:
-        raise _bad("stop_sequences", "stop_sequences cannot be combined with tools whose tool_choice is not "
-                   "none: a stop sequence could cut a call's JSON")
+        raise refused("stop_sequences", "stop_sequences cannot be combined with tools whose tool_choice is not "
+                      "none: a stop sequence could cut a call's JSON")
     if req.messages[-1].role == "assistant":
-        raise _bad("messages", "the last message must not be the assistant's: prefilling (continuing) an "
-                   "assistant message is not supported", code="unsupported_value")
+        raise refused("messages", "the last message must not be the assistant's: prefilling (continuing) an "
+                      "assistant message is not supported", code="unsupported_value")
 
 
 def _user(msg: MessageParam, i: int) -> list[ChatMessage]:

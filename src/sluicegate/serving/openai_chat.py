@@ -80,6 +80,7 @@ from sluicegate.serving.tool_calls import (
     instructions,
     parse,
 )
+from sluicegate.serving.validation import refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,39 +193,36 @@ def template_messages(
 
 
 def _check_combinations(req: ChatCompletionRequest) -> None:
-    def bad(param: str, message: str, code: str = "invalid_combination") -> ApiError:
-        return ApiError("invalid_request", message, param=param, code=code)
-
     if req.max_tokens is not None and req.max_completion_tokens is not None:
-        raise bad("max_tokens", "give max_completion_tokens or max_tokens (its old name), not both")
+        raise refused("max_tokens", "give max_completion_tokens or max_tokens (its old name), not both")
     if req.stream_options is not None and not req.stream:
-        raise bad("stream_options", "stream_options is only allowed when stream is true")
+        raise refused("stream_options", "stream_options is only allowed when stream is true")
     if req.top_logprobs is not None and not req.logprobs:
-        raise bad("top_logprobs", "top_logprobs needs logprobs: true")
+        raise refused("top_logprobs", "top_logprobs needs logprobs: true")
     forced = tool_mode(req) is not None
     if req.tool_choice is not None and not req.tools:
-        raise bad("tool_choice", "tool_choice needs tools")
+        raise refused("tool_choice", "tool_choice needs tools")
     if isinstance(req.tool_choice, NamedToolChoice):
         names = [t.function.name for t in req.tools or ()]
         if req.tool_choice.function.name not in names:
-            raise bad(
+            raise refused(
                 "tool_choice.function.name",
                 "tool_choice names a function that is not in tools",
                 code="unknown_function",
             )
     if req.tools and len({t.function.name for t in req.tools}) != len(req.tools):
-        raise bad("tools", "two tools have the same name", code="duplicate_function")
+        raise refused("tools", "two tools have the same name", code="duplicate_function")
     structured = isinstance(req.response_format, ResponseFormatJsonObject | ResponseFormatJsonSchema)
     if forced and structured:
-        raise bad("response_format", "response_format cannot be combined with tool calls (tools without "
-                  "tool_choice 'none')")
+        raise refused("response_format", "response_format cannot be combined with tool calls (tools without "
+                      "tool_choice 'none')")
     if req.stop and (forced or structured):
-        raise bad(
+        raise refused(
             "stop", "stop cannot be combined with JSON output or tool calls (tools without tool_choice 'none'): "
             "it could cut the JSON"
         )
     if req.messages[-1].role == "assistant":
-        raise bad(
+        raise refused(
             "messages",
             "the last message must not be the assistant's: continuing an assistant message is not supported",
             code="unsupported_value",

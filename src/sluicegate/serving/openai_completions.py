@@ -50,6 +50,7 @@ from sluicegate.serving.openai_common import (
     usage,
 )
 from sluicegate.serving.structured import completion_grammar
+from sluicegate.serving.validation import refused
 
 FIM_STYLES = (
     ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder, DeepSeek-Coder-like
@@ -127,23 +128,11 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
     """Validate, tokenise, check every prompt's budget, and start the runs."""
     ident = model.resolve(req.model)
     if req.stream_options is not None and not req.stream:
-        raise ApiError(
-            "invalid_request",
-            "stream_options is only allowed when stream is true",
-            param="stream_options",
-            code="invalid_combination",
-        )
+        raise refused("stream_options", "stream_options is only allowed when stream is true")
     if req.echo and req.logprobs is not None:
-        raise ApiError(
-            "invalid_request",
-            "echo with logprobs is not supported: prompt logprobs are not computed",
-            param="echo",
-            code="invalid_combination",
-        )
+        raise refused("echo", "echo with logprobs is not supported: prompt logprobs are not computed")
     if req.echo and req.suffix is not None:
-        raise ApiError(
-            "invalid_request", "echo cannot be combined with suffix", param="echo", code="invalid_combination"
-        )
+        raise refused("echo", "echo cannot be combined with suffix")
     record_user(ctx.request_id, user=req.user)
     t = time.perf_counter()
     all_ids, texts = await _prompt_ids(model, req)

@@ -95,6 +95,12 @@ def _message(kind: str, name: str, ctx: dict[str, Any], given: Any) -> str:
     return f"{name} is not acceptable ({kind})"
 
 
+def refused(param: str, message: str, code: str = "invalid_combination") -> ApiError:
+    """A 400 for a rule the schema cannot state: `param` is blamed, `code` names the rule (by default, parameters
+    that cannot be combined)."""
+    return ApiError("invalid_request", message, param=param, code=code)
+
+
 def validation_error(exc: ValidationError) -> ApiError:
     return error_from_details(list(exc.errors(include_url=False)))
 
