@@ -21,7 +21,7 @@ from sluicegate.protocol.common import (
     when,
 )
 from sluicegate.protocol.openai_chat import FunctionName, JsonSchema
-from sluicegate.protocol.openai_common import Refusal, StopField, refusal
+from sluicegate.protocol.openai_common import Refusal, StopField, each_refusal, refusal, type_refusal
 
 # -- content blocks ----------------------------------------------------------------------------------------
 
@@ -207,73 +207,56 @@ _CHOICE_FIELDS: Mapping[str, tuple[str, ...]] = {
 
 def _blocks_refusal(blocks: Any, where: str, kinds: tuple[str, ...]) -> Refusal | None:
     """The first content block of a type this server does not take, or with a field it does not take."""
-    if not isinstance(blocks, list):
-        return None
-    for j, block in enumerate(blocks):
-        if not isinstance(block, dict):
-            continue
-        here = f"{where}[{j}]"
+
+    def block_refusal(block: Mapping[str, Any], here: str) -> Refusal | None:
         kind = block.get("type")
-        if isinstance(kind, str) and kind not in kinds:
-            return Refusal(f"{here}.type", "unsupported_content",
-                           f"{here}.type is not supported here; supported block types: " + ", ".join(kinds))
-        if isinstance(kind, str):
-            r = refusal(block, here, _BLOCK_FIELDS[kind], _BLOCK_UNSUPPORTED)
-            if r is None and kind == "tool_result":
-                r = _blocks_refusal(block.get("content"), f"{here}.content", ("text",))
-            if r is not None:
-                return r
+        if not isinstance(kind, str):
+            return None
+        if kind not in kinds:
+            return type_refusal(here, "unsupported_content", " here; supported block types: " + ", ".join(kinds))
+        r = refusal(block, here, _BLOCK_FIELDS[kind], _BLOCK_UNSUPPORTED)
+        if r is None and kind == "tool_result":
+            r = _blocks_refusal(block.get("content"), f"{here}.content", ("text",))
+        return r
+
+    return each_refusal(blocks, where, block_refusal)
+
+
+def _message_refusal(msg: Mapping[str, Any], where: str) -> Refusal | None:
+    role = msg.get("role")
+    if isinstance(role, str) and role not in _ROLES:
+        return Refusal(f"{where}.role", "unsupported_role", f"{where}.role is not supported; "
+                       "supported roles: user, assistant (the system prompt is the field `system`)")
+    return (refusal(msg, where, ("role", "content"))
+            or _blocks_refusal(msg.get("content"), f"{where}.content", tuple(_BLOCK_FIELDS)))
+
+
+def _tool_refusal(tool: Mapping[str, Any], where: str) -> Refusal | None:
+    kind = tool.get("type")
+    if isinstance(kind, str) and kind != "custom":
+        return type_refusal(where, "unsupported_tool", " (no server tools); supported: custom")
+    return refusal(tool, where, _TOOL_FIELDS, _TOOL_UNSUPPORTED)
+
+
+def _choice_refusal(choice: Any) -> Refusal | None:
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if isinstance(kind, str) and kind in _CHOICE_FIELDS:
+        return refusal(choice, "tool_choice", _CHOICE_FIELDS[kind])
     return None
 
 
-def _tools_refusal(body: Mapping[str, Any]) -> Refusal | None:
-    tools = body.get("tools")
-    if isinstance(tools, list):
-        for i, tool in enumerate(tools):
-            if not isinstance(tool, dict):
-                continue
-            kind = tool.get("type")
-            if isinstance(kind, str) and kind != "custom":
-                return Refusal(f"tools[{i}].type", "unsupported_tool",
-                               f"tools[{i}].type is not supported (no server tools); supported: custom")
-            r = refusal(tool, f"tools[{i}]", _TOOL_FIELDS, _TOOL_UNSUPPORTED)
-            if r is not None:
-                return r
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict):
-        kind = choice.get("type")
-        if isinstance(kind, str) and kind in _CHOICE_FIELDS:
-            return refusal(choice, "tool_choice", _CHOICE_FIELDS[kind])
-    return None
+def _metadata_refusal(metadata: Any) -> Refusal | None:
+    return refusal(metadata, "metadata", ("user_id",)) if isinstance(metadata, dict) else None
 
 
 def messages_refusal(body: Mapping[str, Any], fields: tuple[str, ...] = MESSAGES_FIELDS) -> Refusal | None:
     """The first parameter of a raw Messages request this server will not take, named, with what it takes."""
-    r = refusal(body, "", fields, UNSUPPORTED)
-    if r is not None:
-        return r
-    r = _blocks_refusal(body.get("system"), "system", ("text",))
-    if r is not None:
-        return r
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        for i, msg in enumerate(messages):
-            if isinstance(msg, dict):
-                role = msg.get("role")
-                if isinstance(role, str) and role not in _ROLES:
-                    return Refusal(f"messages[{i}].role", "unsupported_role", f"messages[{i}].role is not supported; "
-                                   "supported roles: user, assistant (the system prompt is the field `system`)")
-                r = refusal(msg, f"messages[{i}]", ("role", "content"))
-                if r is None:
-                    r = _blocks_refusal(msg.get("content"), f"messages[{i}].content", tuple(_BLOCK_FIELDS))
-                if r is not None:
-                    return r
-    metadata = body.get("metadata")
-    if isinstance(metadata, dict):
-        r = refusal(metadata, "metadata", ("user_id",))
-        if r is not None:
-            return r
-    return _tools_refusal(body)
+    return (refusal(body, "", fields, UNSUPPORTED)
+            or _blocks_refusal(body.get("system"), "system", ("text",))
+            or each_refusal(body.get("messages"), "messages", _message_refusal)
+            or _metadata_refusal(body.get("metadata"))
+            or each_refusal(body.get("tools"), "tools", _tool_refusal)
+            or _choice_refusal(body.get("tool_choice")))
 
 
 def count_tokens_refusal(body: Mapping[str, Any]) -> Refusal | None:

@@ -27,7 +27,10 @@ from sluicegate.protocol.openai_common import (
     Stop,
     StreamOptions,
     TokenLogprob,
+    each_refusal,
     refusal,
+    stream_options_refusal,
+    type_refusal,
 )
 
 FunctionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -242,100 +245,64 @@ _MESSAGE_UNSUPPORTED = {
 _TOOL_CHOICE_STRINGS = ("none", "auto", "required")
 
 
-def _content_refusal(content: Any, where: str) -> Refusal | None:
-    if not isinstance(content, list):
+def _part_refusal(part: Mapping[str, Any], where: str) -> Refusal | None:
+    kind = part.get("type")
+    if isinstance(kind, str) and kind != "text":
+        return type_refusal(where, "unsupported_content", "; supported part types: text")
+    return refusal(part, where, ("type", "text"))
+
+
+def _message_refusal(msg: Mapping[str, Any], where: str) -> Refusal | None:
+    role = msg.get("role")
+    if not isinstance(role, str):
         return None
-    for j, part in enumerate(content):
-        if not isinstance(part, dict):
-            continue
-        kind = part.get("type")
-        if isinstance(kind, str) and kind != "text":
-            return Refusal(
-                f"{where}.content[{j}].type",
-                "unsupported_content",
-                f"{where}.content[{j}].type is not supported; supported part types: text",
-            )
-        r = refusal(part, f"{where}.content[{j}]", ("type", "text"))
-        if r is not None:
-            return r
+    if role not in _MESSAGE_FIELDS:
+        why = "deprecated; use tool" if role == "function" else "no such role"
+        return Refusal(
+            f"{where}.role",
+            "unsupported_role",
+            f"{where}.role is not supported ({why}); supported roles: " + ", ".join(_MESSAGE_FIELDS),
+        )
+    return (refusal(msg, where, _MESSAGE_FIELDS[role], _MESSAGE_UNSUPPORTED)
+            or each_refusal(msg.get("content"), f"{where}.content", _part_refusal))
+
+
+def _tool_refusal(tool: Mapping[str, Any], where: str) -> Refusal | None:
+    if tool.get("type") not in (None, "function"):
+        return type_refusal(where, "unsupported_tool", "; supported tool types: function")
+    r = refusal(tool, where, ("type", "function"))
+    if r is None and isinstance(fn := tool.get("function"), dict):
+        r = refusal(fn, f"{where}.function", ("name", "description", "parameters", "strict"))
+    return r
+
+
+def _format_refusal(fmt: Any) -> Refusal | None:
+    if not isinstance(fmt, dict):
+        return None
+    kind = fmt.get("type")
+    if isinstance(kind, str) and kind not in ("text", "json_object", "json_schema"):
+        return type_refusal("response_format", "unsupported_value", "; supported: text, json_object, json_schema")
+    r = refusal(fmt, "response_format", ("type", "json_schema") if kind == "json_schema" else ("type",))
+    if r is None and isinstance(js := fmt.get("json_schema"), dict):
+        r = refusal(js, "response_format.json_schema", ("name", "description", "schema", "strict"))
+    return r
+
+
+def _choice_refusal(choice: Any) -> Refusal | None:
+    if isinstance(choice, dict) and choice.get("type") not in (None, "function"):
+        return type_refusal("tool_choice", "unsupported_tool_choice",
+                            "; supported: 'none', 'auto', 'required', or a named function")
     return None
 
 
 def chat_refusal(body: Mapping[str, Any]) -> Refusal | None:
     """The first parameter of a raw chat request this server will not take, named, with what it takes."""
-    r = refusal(body, "", CHAT_FIELDS, UNSUPPORTED)
-    if r is not None:
-        return r
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        for i, msg in enumerate(messages):
-            if not isinstance(msg, dict):
-                continue
-            where = f"messages[{i}]"
-            role = msg.get("role")
-            if isinstance(role, str) and role not in _MESSAGE_FIELDS:
-                why = "deprecated; use tool" if role == "function" else "no such role"
-                return Refusal(
-                    f"{where}.role",
-                    "unsupported_role",
-                    f"{where}.role is not supported ({why}); supported roles: " + ", ".join(_MESSAGE_FIELDS),
-                )
-            if isinstance(role, str):
-                r = refusal(msg, where, _MESSAGE_FIELDS[role], _MESSAGE_UNSUPPORTED)
-                if r is None:
-                    r = _content_refusal(msg.get("content"), where)
-                if r is not None:
-                    return r
-    tools = body.get("tools")
-    if isinstance(tools, list):
-        for i, tool in enumerate(tools):
-            if not isinstance(tool, dict):
-                continue
-            if tool.get("type") not in (None, "function"):
-                return Refusal(
-                    f"tools[{i}].type",
-                    "unsupported_tool",
-                    f"tools[{i}].type is not supported; supported tool types: function",
-                )
-            r = refusal(tool, f"tools[{i}]", ("type", "function"))
-            fn = tool.get("function")
-            if r is None and isinstance(fn, dict):
-                r = refusal(fn, f"tools[{i}].function", ("name", "description", "parameters", "strict"))
-            if r is not None:
-                return r
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict) and choice.get("type") not in (None, "function"):
-        return Refusal(
-            "tool_choice.type",
-            "unsupported_tool_choice",
-            "tool_choice.type is not supported; supported: 'none', 'auto', 'required', or a named function",
-        )
-    fmt = body.get("response_format")
-    if isinstance(fmt, dict):
-        kind = fmt.get("type")
-        if isinstance(kind, str) and kind not in ("text", "json_object", "json_schema"):
-            return Refusal(
-                "response_format.type",
-                "unsupported_value",
-                "response_format.type is not supported; supported: text, json_object, json_schema",
-            )
-        r = refusal(fmt, "response_format", ("type", "json_schema") if kind == "json_schema" else ("type",))
-        js = fmt.get("json_schema")
-        if r is None and isinstance(js, dict):
-            r = refusal(js, "response_format.json_schema", ("name", "description", "schema", "strict"))
-        if r is not None:
-            return r
-    opts = body.get("stream_options")
-    if isinstance(opts, dict):
-        r = refusal(
-            opts,
-            "stream_options",
-            ("include_usage",),
-            {"include_obfuscation": "no obfuscation padding is sent"},
-        )
-        if r is not None:
-            return r
-    return None
+    return (refusal(body, "", CHAT_FIELDS, UNSUPPORTED)
+            or each_refusal(body.get("messages"), "messages", _message_refusal)
+            or each_refusal(body.get("tools"), "tools", _tool_refusal)
+            or _choice_refusal(body.get("tool_choice"))
+            or _format_refusal(body.get("response_format"))
+            or stream_options_refusal(body))
 
 
 # -- the response ------------------------------------------------------------------------------------------

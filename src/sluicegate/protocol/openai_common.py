@@ -9,7 +9,7 @@ the object does take. The schema (`extra="forbid"`) stays as the safety net.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -76,6 +76,33 @@ def refusal(
             )
         return Refusal(param, "unknown_field", f"unknown parameter {param!r}; supported: {takes}")
     return None
+
+
+def each_refusal(
+    items: Any, where: str, check: Callable[[Mapping[str, Any], str], Refusal | None]
+) -> Refusal | None:
+    """The first refusal `check` gives for an object in the list `items`, each named `where[i]`; None when all
+    are fine. What is not a list, or not an object in it, is left to the schema."""
+    if not isinstance(items, list):
+        return None
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and (r := check(item, f"{where}[{i}]")) is not None:
+            return r
+    return None
+
+
+def type_refusal(where: str, code: str, detail: str) -> Refusal:
+    """`where.type` names a kind this server does not take; `detail` says why and what it takes."""
+    return Refusal(f"{where}.type", code, f"{where}.type is not supported{detail}")
+
+
+_STREAM_UNSUPPORTED = {"include_obfuscation": "no obfuscation padding is sent"}
+
+
+def stream_options_refusal(body: Mapping[str, Any]) -> Refusal | None:
+    """A field of `stream_options` that chat and completions do not take."""
+    opts = body.get("stream_options")
+    return refusal(opts, "stream_options", ("include_usage",), _STREAM_UNSUPPORTED) if isinstance(opts, dict) else None
 
 
 def clean_loc(loc: Sequence[int | str], data: Any, *, missing: bool = False) -> tuple[int | str, ...]:

@@ -26,6 +26,7 @@ from sluicegate.protocol.openai_common import (
     Stop,
     StreamOptions,
     refusal,
+    stream_options_refusal,
 )
 
 MAX_PROMPTS = 16  # prompts in one request, times n: at most this many choices
@@ -111,15 +112,7 @@ UNSUPPORTED: Mapping[str, str] = {"best_of": "no server-side ranking; use n"}
 
 
 def completion_refusal(body: Mapping[str, Any]) -> Refusal | None:
-    r = refusal(body, "", COMPLETION_FIELDS, UNSUPPORTED)
-    if r is None and isinstance(opts := body.get("stream_options"), dict):
-        r = refusal(
-            opts,
-            "stream_options",
-            ("include_usage",),
-            {"include_obfuscation": "no obfuscation padding is sent"},
-        )
-    return r
+    return refusal(body, "", COMPLETION_FIELDS, UNSUPPORTED) or stream_options_refusal(body)
 
 
 class CompletionLogprobs(ResponseModel):

@@ -13,7 +13,7 @@ from pydantic import Discriminator, Field, StringConstraints, Tag
 
 from sluicegate.protocol.common import ResponseModel, StrictModel
 from sluicegate.protocol.openai_chat import FunctionName, JsonSchema
-from sluicegate.protocol.openai_common import Refusal, refusal
+from sluicegate.protocol.openai_common import Refusal, each_refusal, refusal, type_refusal
 
 ID_PATTERN = r"^resp_[0-9a-f]{24}$"
 MAX_ITEMS = 1024
@@ -176,6 +176,15 @@ _ITEM_UNSUPPORTED = {
 _PART_TYPES = ("input_text", "output_text")
 
 
+def _part_refusal(part: Mapping[str, Any], where: str) -> Refusal | None:
+    ptype = part.get("type")
+    if isinstance(ptype, str) and ptype not in _PART_TYPES:
+        return type_refusal(where, "unsupported_content",
+                            " (text only); supported part types: " + ", ".join(_PART_TYPES))
+    fields = ("type", "text") if ptype == "input_text" else ("type", "text", "annotations", "logprobs")
+    return refusal(part, where, fields)
+
+
 def _item_refusal(item: Mapping[str, Any], where: str) -> Refusal | None:
     kind = item.get("type", "message")
     if not isinstance(kind, str):
@@ -183,80 +192,59 @@ def _item_refusal(item: Mapping[str, Any], where: str) -> Refusal | None:
     if kind not in ITEM_FIELDS:
         why = _ITEM_UNSUPPORTED.get(kind, "no built-in tools" if kind.endswith("_call") or
                                     kind.endswith("_output") else "no such item type")
-        return Refusal(f"{where}.type", "unsupported_value",
-                       f"{where}.type is not supported ({why}); supported item types: " + ", ".join(ITEM_FIELDS))
+        return type_refusal(where, "unsupported_value", f" ({why}); supported item types: " + ", ".join(ITEM_FIELDS))
     r = refusal(item, where, ITEM_FIELDS[kind])
-    if r is not None:
+    if r is None and kind == "message":
+        r = each_refusal(item.get("content"), f"{where}.content", _part_refusal)
+    return r
+
+
+def _tool_refusal(tool: Mapping[str, Any], where: str) -> Refusal | None:
+    kind = tool.get("type")
+    if isinstance(kind, str) and kind != "function":
+        return type_refusal(where, "unsupported_tool", " (no built-in tools); supported tool types: function")
+    return refusal(tool, where, tuple(FunctionTool.model_fields))
+
+
+def _choice_refusal(choice: Any) -> Refusal | None:
+    if not isinstance(choice, dict):
+        return None
+    if choice.get("type") != "function":
+        return type_refusal("tool_choice", "unsupported_tool_choice",
+                            "; supported: 'none', 'auto', 'required', or {type: function, name}")
+    return refusal(choice, "tool_choice", ("type", "name"))
+
+
+def _text_refusal(text: Any) -> Refusal | None:
+    if not isinstance(text, dict):
+        return None
+    r = refusal(text, "text", ("format",), {"verbosity": "not a reasoning model"})
+    fmt = text.get("format")
+    if r is not None or not isinstance(fmt, dict):
         return r
-    content = item.get("content")
-    if kind == "message" and isinstance(content, list):
-        for j, part in enumerate(content):
-            if not isinstance(part, dict):
-                continue
-            ptype = part.get("type")
-            if isinstance(ptype, str) and ptype not in _PART_TYPES:
-                return Refusal(f"{where}.content[{j}].type", "unsupported_content",
-                               f"{where}.content[{j}].type is not supported (text only); supported part types: "
-                               + ", ".join(_PART_TYPES))
-            fields = ("type", "text") if ptype == "input_text" else ("type", "text", "annotations", "logprobs")
-            r = refusal(part, f"{where}.content[{j}]", fields)
-            if r is not None:
-                return r
+    kind = fmt.get("type")
+    if isinstance(kind, str) and kind not in ("text", "json_object", "json_schema"):
+        return type_refusal("text.format", "unsupported_value", "; supported: text, json_object, json_schema")
+    fields = ("type", "name", "schema", "description", "strict") if kind == "json_schema" else ("type",)
+    return refusal(fmt, "text.format", fields)
+
+
+def _include_refusal(include: Any) -> Refusal | None:
+    if isinstance(include, list) and include:
+        return Refusal("include", "unsupported_value",
+                       "include is not supported: this server has no extra output to include; send [] or leave it out")
     return None
 
 
 def responses_refusal(body: Mapping[str, Any]) -> Refusal | None:
     """The first parameter of a raw Responses request this server will not take, named, with what it takes."""
-    r = refusal(body, "", RESPONSE_FIELDS, UNSUPPORTED)
-    if r is not None:
-        return r
     items = body.get("input")
-    if isinstance(items, list):
-        for i, item in enumerate(items[:MAX_ITEMS]):
-            if isinstance(item, dict):
-                r = _item_refusal(item, f"input[{i}]")
-                if r is not None:
-                    return r
-    tools = body.get("tools")
-    if isinstance(tools, list):
-        for i, tool in enumerate(tools):
-            if not isinstance(tool, dict):
-                continue
-            kind = tool.get("type")
-            if isinstance(kind, str) and kind != "function":
-                return Refusal(f"tools[{i}].type", "unsupported_tool",
-                               f"tools[{i}].type is not supported (no built-in tools); supported tool types: function")
-            r = refusal(tool, f"tools[{i}]", tuple(FunctionTool.model_fields))
-            if r is not None:
-                return r
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict):
-        if choice.get("type") != "function":
-            return Refusal("tool_choice.type", "unsupported_tool_choice", "tool_choice.type is not supported; "
-                           "supported: 'none', 'auto', 'required', or {type: function, name}")
-        r = refusal(choice, "tool_choice", ("type", "name"))
-        if r is not None:
-            return r
-    text = body.get("text")
-    if isinstance(text, dict):
-        r = refusal(text, "text", ("format",), {"verbosity": "not a reasoning model"})
-        if r is not None:
-            return r
-        fmt = text.get("format")
-        if isinstance(fmt, dict):
-            kind = fmt.get("type")
-            if isinstance(kind, str) and kind not in ("text", "json_object", "json_schema"):
-                return Refusal("text.format.type", "unsupported_value",
-                               "text.format.type is not supported; supported: text, json_object, json_schema")
-            fields = ("type", "name", "schema", "description", "strict") if kind == "json_schema" else ("type",)
-            r = refusal(fmt, "text.format", fields)
-            if r is not None:
-                return r
-    include = body.get("include")
-    if isinstance(include, list) and include:
-        return Refusal("include", "unsupported_value",
-                       "include is not supported: this server has no extra output to include; send [] or leave it out")
-    return None
+    return (refusal(body, "", RESPONSE_FIELDS, UNSUPPORTED)
+            or each_refusal(items[:MAX_ITEMS] if isinstance(items, list) else None, "input", _item_refusal)
+            or each_refusal(body.get("tools"), "tools", _tool_refusal)
+            or _choice_refusal(body.get("tool_choice"))
+            or _text_refusal(body.get("text"))
+            or _include_refusal(body.get("include")))
 
 
 # -- the response ------------------------------------------------------------------------------------------
