@@ -66,6 +66,22 @@ class BatchItem:
     logits_all: bool = False  # logits of every token of the item, in order (speculative verification)
 
 
+class LoadedModel:
+    """What a runner reports of its model once loaded, the same way in every implementation: its `__init__`
+    sets `_identity` and `_limits`, read back through the `ModelRunner` properties."""
+
+    _identity: ModelIdentity
+    _limits: RunnerLimits
+
+    @property
+    def identity(self) -> ModelIdentity:
+        return self._identity
+
+    @property
+    def limits(self) -> RunnerLimits:
+        return self._limits
+
+
 class ModelRunner(Protocol):
     """What the engine needs from a model. Implementations: `llama_cpp`, `reference`."""
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-from sluicegate.backends.base import BatchItem, Logits, ModelIdentity, RunnerLimits
+from sluicegate.backends.base import BatchItem, LoadedModel, Logits, ModelIdentity, RunnerLimits
 from sluicegate.backends.cpu_threads import ThreadGovernor, usable_cores
 from sluicegate.backends.identity import file_digest, slug
 from sluicegate.backends.llama_batch import Batch, n_rows
@@ -67,7 +67,7 @@ def _init_backend() -> None:
         _backend_ready = True
 
 
-class LlamaCppRunner:
+class LlamaCppRunner(LoadedModel):
     """Implements `ModelRunner` over a llama.cpp model and multi-sequence context."""
 
     def __init__(
@@ -147,14 +147,6 @@ class LlamaCppRunner:
     def compute_threads(self) -> int:
         """Threads the last step used: the governor's choice (backends/cpu_threads.py), else the configured."""
         return self._threads
-
-    @property
-    def identity(self) -> ModelIdentity:
-        return self._identity
-
-    @property
-    def limits(self) -> RunnerLimits:
-        return self._limits
 
     @property
     def chat_template(self) -> str | None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sluicegate.backends.base import BatchItem, Logits, ModelIdentity, RunnerLimits
+from sluicegate.backends.base import BatchItem, LoadedModel, Logits, ModelIdentity, RunnerLimits
 
 BOS_ID = 256
 EOS_ID = 257
@@ -33,7 +33,7 @@ CHAT_TEMPLATE = (
 )
 
 
-class ReferenceRunner:
+class ReferenceRunner(LoadedModel):
     """Implements `ModelRunner` with numpy only."""
 
     def __init__(
@@ -61,14 +61,6 @@ class ReferenceRunner:
         )
         self.executed_tokens = 0  # counters tests can read
         self.execute_calls = 0
-
-    @property
-    def identity(self) -> ModelIdentity:
-        return self._identity
-
-    @property
-    def limits(self) -> RunnerLimits:
-        return self._limits
 
     @property
     def chat_template(self) -> str | None:
