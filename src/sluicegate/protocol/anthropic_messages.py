@@ -21,7 +21,7 @@ from sluicegate.protocol.common import (
     when,
 )
 from sluicegate.protocol.openai_chat import FunctionName, JsonSchema
-from sluicegate.protocol.openai_common import Refusal, StopField, each_refusal, refusal, type_refusal
+from sluicegate.protocol.openai_common import Refusal, StopField, each_refusal, refusal
 
 # -- content blocks ----------------------------------------------------------------------------------------
 
@@ -213,7 +213,8 @@ def _blocks_refusal(blocks: Any, where: str, kinds: tuple[str, ...]) -> Refusal 
         if not isinstance(kind, str):
             return None
         if kind not in kinds:
-            return type_refusal(here, "unsupported_content", " here; supported block types: " + ", ".join(kinds))
+            return Refusal(f"{here}.type", "unsupported_content",
+                           f"{here}.type is not supported here; supported block types: " + ", ".join(kinds))
         r = refusal(block, here, _BLOCK_FIELDS[kind], _BLOCK_UNSUPPORTED)
         if r is None and kind == "tool_result":
             r = _blocks_refusal(block.get("content"), f"{here}.content", ("text",))
@@ -234,7 +235,8 @@ def _message_refusal(msg: Mapping[str, Any], where: str) -> Refusal | None:
 def _tool_refusal(tool: Mapping[str, Any], where: str) -> Refusal | None:
     kind = tool.get("type")
     if isinstance(kind, str) and kind != "custom":
-        return type_refusal(where, "unsupported_tool", " (no server tools); supported: custom")
+        return Refusal(f"{where}.type", "unsupported_tool",
+                       f"{where}.type is not supported (no server tools); supported: custom")
     return refusal(tool, where, _TOOL_FIELDS, _TOOL_UNSUPPORTED)
 
 

@@ -30,7 +30,6 @@ from sluicegate.protocol.openai_common import (
     each_refusal,
     refusal,
     stream_options_refusal,
-    type_refusal,
 )
 
 FunctionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -248,7 +247,8 @@ _TOOL_CHOICE_STRINGS = ("none", "auto", "required")
 def _part_refusal(part: Mapping[str, Any], where: str) -> Refusal | None:
     kind = part.get("type")
     if isinstance(kind, str) and kind != "text":
-        return type_refusal(where, "unsupported_content", "; supported part types: text")
+        return Refusal(f"{where}.type", "unsupported_content",
+                       f"{where}.type is not supported; supported part types: text")
     return refusal(part, where, ("type", "text"))
 
 
@@ -269,7 +269,8 @@ def _message_refusal(msg: Mapping[str, Any], where: str) -> Refusal | None:
 
 def _tool_refusal(tool: Mapping[str, Any], where: str) -> Refusal | None:
     if tool.get("type") not in (None, "function"):
-        return type_refusal(where, "unsupported_tool", "; supported tool types: function")
+        return Refusal(f"{where}.type", "unsupported_tool",
+                       f"{where}.type is not supported; supported tool types: function")
     r = refusal(tool, where, ("type", "function"))
     if r is None and isinstance(fn := tool.get("function"), dict):
         r = refusal(fn, f"{where}.function", ("name", "description", "parameters", "strict"))
@@ -281,7 +282,8 @@ def _format_refusal(fmt: Any) -> Refusal | None:
         return None
     kind = fmt.get("type")
     if isinstance(kind, str) and kind not in ("text", "json_object", "json_schema"):
-        return type_refusal("response_format", "unsupported_value", "; supported: text, json_object, json_schema")
+        return Refusal("response_format.type", "unsupported_value",
+                       "response_format.type is not supported; supported: text, json_object, json_schema")
     r = refusal(fmt, "response_format", ("type", "json_schema") if kind == "json_schema" else ("type",))
     if r is None and isinstance(js := fmt.get("json_schema"), dict):
         r = refusal(js, "response_format.json_schema", ("name", "description", "schema", "strict"))
@@ -290,8 +292,8 @@ def _format_refusal(fmt: Any) -> Refusal | None:
 
 def _choice_refusal(choice: Any) -> Refusal | None:
     if isinstance(choice, dict) and choice.get("type") not in (None, "function"):
-        return type_refusal("tool_choice", "unsupported_tool_choice",
-                            "; supported: 'none', 'auto', 'required', or a named function")
+        return Refusal("tool_choice.type", "unsupported_tool_choice",
+                       "tool_choice.type is not supported; supported: 'none', 'auto', 'required', or a named function")
     return None
 
 

@@ -91,11 +91,6 @@ def each_refusal(
     return None
 
 
-def type_refusal(where: str, code: str, detail: str) -> Refusal:
-    """`where.type` names a kind this server does not take; `detail` says why and what it takes."""
-    return Refusal(f"{where}.type", code, f"{where}.type is not supported{detail}")
-
-
 _STREAM_UNSUPPORTED = {"include_obfuscation": "no obfuscation padding is sent"}
 
 

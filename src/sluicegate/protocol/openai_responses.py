@@ -13,7 +13,7 @@ from pydantic import Discriminator, Field, StringConstraints, Tag
 
 from sluicegate.protocol.common import ResponseModel, StrictModel
 from sluicegate.protocol.openai_chat import FunctionName, JsonSchema
-from sluicegate.protocol.openai_common import Refusal, each_refusal, refusal, type_refusal
+from sluicegate.protocol.openai_common import Refusal, each_refusal, refusal
 
 ID_PATTERN = r"^resp_[0-9a-f]{24}$"
 MAX_ITEMS = 1024
@@ -179,8 +179,8 @@ _PART_TYPES = ("input_text", "output_text")
 def _part_refusal(part: Mapping[str, Any], where: str) -> Refusal | None:
     ptype = part.get("type")
     if isinstance(ptype, str) and ptype not in _PART_TYPES:
-        return type_refusal(where, "unsupported_content",
-                            " (text only); supported part types: " + ", ".join(_PART_TYPES))
+        return Refusal(f"{where}.type", "unsupported_content",
+                       f"{where}.type is not supported (text only); supported part types: " + ", ".join(_PART_TYPES))
     fields = ("type", "text") if ptype == "input_text" else ("type", "text", "annotations", "logprobs")
     return refusal(part, where, fields)
 
@@ -192,7 +192,8 @@ def _item_refusal(item: Mapping[str, Any], where: str) -> Refusal | None:
     if kind not in ITEM_FIELDS:
         why = _ITEM_UNSUPPORTED.get(kind, "no built-in tools" if kind.endswith("_call") or
                                     kind.endswith("_output") else "no such item type")
-        return type_refusal(where, "unsupported_value", f" ({why}); supported item types: " + ", ".join(ITEM_FIELDS))
+        return Refusal(f"{where}.type", "unsupported_value",
+                       f"{where}.type is not supported ({why}); supported item types: " + ", ".join(ITEM_FIELDS))
     r = refusal(item, where, ITEM_FIELDS[kind])
     if r is None and kind == "message":
         r = each_refusal(item.get("content"), f"{where}.content", _part_refusal)
@@ -202,7 +203,8 @@ def _item_refusal(item: Mapping[str, Any], where: str) -> Refusal | None:
 def _tool_refusal(tool: Mapping[str, Any], where: str) -> Refusal | None:
     kind = tool.get("type")
     if isinstance(kind, str) and kind != "function":
-        return type_refusal(where, "unsupported_tool", " (no built-in tools); supported tool types: function")
+        return Refusal(f"{where}.type", "unsupported_tool",
+                       f"{where}.type is not supported (no built-in tools); supported tool types: function")
     return refusal(tool, where, tuple(FunctionTool.model_fields))
 
 
@@ -210,8 +212,8 @@ def _choice_refusal(choice: Any) -> Refusal | None:
     if not isinstance(choice, dict):
         return None
     if choice.get("type") != "function":
-        return type_refusal("tool_choice", "unsupported_tool_choice",
-                            "; supported: 'none', 'auto', 'required', or {type: function, name}")
+        return Refusal("tool_choice.type", "unsupported_tool_choice", "tool_choice.type is not supported; "
+                       "supported: 'none', 'auto', 'required', or {type: function, name}")
     return refusal(choice, "tool_choice", ("type", "name"))
 
 
@@ -224,7 +226,8 @@ def _text_refusal(text: Any) -> Refusal | None:
         return r
     kind = fmt.get("type")
     if isinstance(kind, str) and kind not in ("text", "json_object", "json_schema"):
-        return type_refusal("text.format", "unsupported_value", "; supported: text, json_object, json_schema")
+        return Refusal("text.format.type", "unsupported_value",
+                       "text.format.type is not supported; supported: text, json_object, json_schema")
     fields = ("type", "name", "schema", "description", "strict") if kind == "json_schema" else ("type",)
     return refusal(fmt, "text.format", fields)
 
