@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry
 
 from sluicegate.backends.base import BatchItem, ModelRunner
+from sluicegate.engine.calibrate import measure
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
 from sluicegate.engine.forecast import (
     BURST_S,
@@ -58,7 +59,6 @@ from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, 
 log = logging.getLogger("sluicegate.engine")
 
 _FAILED = "the engine failed while running this request"
-SHORT, CHUNK = 4, 32  # calibration (Engine.calibrate): a minimal prompt, and the prompt tokens whose cost is timed
 
 Sink = Callable[[RequestOutput], None]
 
@@ -164,47 +164,12 @@ class Engine:
         return self._throughput.speed
 
     def calibrate(self, repeats: int = 6) -> Calibration:
-        """Measure the step model deadline admission forecasts with (engine/forecast.py): what prompt tokens
-        add to a step (a `CHUNK`-token prompt against a `SHORT`-token one), then decode steps of one sequence and
-        of every slot (the median of `repeats`, after one not counted). Call it before `start` (the engine
-        thread owns the runner after); it leaves every slot empty. About 3 s on a 2-core CPU (SmolLM2-135M)."""
-        r, n = self.runner, self.runner.limits.n_slots
-        vocab = max(2, r.limits.n_vocab)
-        ids = [(100 + i) % vocab for i in range(CHUNK + SHORT)]
-
-        def timed(items: list[BatchItem]) -> float:
-            began = time.perf_counter()
-            r.execute(items)
-            return time.perf_counter() - began
-
-        def prefill(n_tokens: int) -> float:
-            times = []
-            for _ in range(3):
-                r.clear(0)
-                times.append(timed([BatchItem(0, ids[:n_tokens], 0)]))
-            return sorted(times)[1]
-
-        def decode(slots: range) -> float:
-            per_call = max(1, r.limits.n_batch // SHORT)
-            for first in range(0, len(slots), per_call):
-                for s in slots[first:first + per_call]:
-                    r.clear(s)
-                r.execute([BatchItem(s, ids[:SHORT], 0) for s in slots[first:first + per_call]])
-            times = [timed([BatchItem(s, [ids[k]], SHORT + k) for s in slots]) for k in range(repeats + 1)]
-            return sorted(times[1:])[repeats // 2]
-
-        try:
-            prefill(SHORT)  # warm-up: first-call costs are not a step's
-            token_s = max(0.0, prefill(SHORT + CHUNK) - prefill(SHORT)) / CHUNK
-            step_1 = decode(range(1))
-            step_n = decode(range(n)) if n > 1 else step_1
-        finally:
-            for s in range(n):
-                r.clear(s)
-        c = Calibration(n, step_1, max(step_1, step_n), token_s)
+        """Measure the step model deadline admission forecasts with (engine/calibrate.py) and start correcting
+        it from there. Call it before `start` (the engine thread owns the runner after)."""
+        c = measure(self.runner, repeats)
         self._throughput.calibrate(c, time.monotonic())
         log.info("calibrated the step time: %.1f ms at one sequence, %.1f ms at %d; %.2f ms a prompt token",
-                 c.step_1 * 1e3, c.step_n * 1e3, n, c.token_s * 1e3)
+                 c.step_1 * 1e3, c.step_n * 1e3, c.n_slots, c.token_s * 1e3)
         return c
 
     def _admit_by_deadline(self, request: EngineRequest) -> int:
