@@ -77,7 +77,8 @@ class ModelSettings(Group):
     prompt_lookup_min: PosInt = Field(_E.prompt_lookup_min, description="speculative decoding: shortest n-gram matched")
     kv_cache_bytes: Annotated[int | None, Flag(t.nonnegative_int, "BYTES")] = Field(
         _E.kv_cache_bytes, description="host memory for evicted slots' KV, restored when their conversation returns "
-        "instead of prefilled again (default: an eighth of the machine's memory; 0: off; docs/engine.md, KV tier)")
+        "instead of prefilled again (default: off; an eighth of the machine's memory is a sensible budget; "
+        "docs/engine.md, KV tier)")
 
 
 class HttpSettings(Group):
