@@ -46,6 +46,40 @@ def test_a_restored_snapshot_gives_bit_identical_logits_whole_and_truncated(runn
         assert np.array_equal(runner.execute([BatchItem(1, probe, k, True)])[0], cold), f"restored, cut at {k}"
 
 
+@pytest.mark.timeout(600)
+def test_a_clone_lands_before_a_restore_that_follows_it_and_a_deferred_copy_does_not(runner: LlamaCppRunner) -> None:
+    """llama.cpp copies between streams at the next forward pass, reading the source as it is then: a source
+    restored in the meantime (two requests admitted in one step, one copying a prefix from the slot the other
+    restores into) is what the copy gets. `clone`, which the engine uses while the tier is on, copies at once."""
+    ids = runner.tokenize(TEXT)
+    other = runner.tokenize("A different conversation about bread and ovens. " * 4)
+    probe = runner.tokenize(" What did the keeper write?", add_special=False)
+    n = len(ids)
+    runner.clear(0)
+    runner.execute([BatchItem(0, ids, 0, False)])
+    runner.clear(1)
+    runner.execute([BatchItem(1, other, 0, False)])
+    elsewhere = runner.save(1, len(other))  # a snapshot of another prompt, for the tier to restore into slot 0
+    want = runner.execute([BatchItem(0, probe, n, True)])[0].copy()
+    runner.truncate(0, n)
+
+    def after(copy: str) -> np.ndarray:
+        runner.restore(0, runner.save(0, n))  # slot 0 holds `ids` again (positions 0..n-1)
+        getattr(runner, copy)(0, 3)
+        runner.restore(0, elsewhere)  # same step: slot 0 now takes a restored prefix
+        return runner.execute([BatchItem(3, probe, n, True)])[0].copy()
+
+    assert np.array_equal(after("clone"), want)
+    try:  # the hazard `clone` exists for: the copy lands with the restored slot's KV, or fails outright
+        deferred = after("copy")
+    except RuntimeError:
+        deferred = None
+    finally:
+        for slot in range(4):
+            runner.clear(slot)
+    assert deferred is None or not np.array_equal(deferred, want)
+
+
 def converse(eng: Engine, r: ModelRunner, n_conv: int, turns: int) -> list[list[int]]:
     """`n_conv` conversations, each turn of all of them submitted together (2 slots: they queue), greedy."""
     history = [r.tokenize(f"Conversation {i}. {TEXT}") for i in range(n_conv)]

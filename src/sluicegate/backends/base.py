@@ -122,6 +122,12 @@ class ModelRunner(Protocol):
         """Make `dst` hold exactly what `src` holds (whole stream)."""
         ...
 
+    def clone(self, src: int, dst: int) -> None:
+        """`copy`, with the data copied before it returns: a `save` or `restore` that follows it (the KV tier's
+        ops in the same step) sees `dst` holding `src`'s KV and leaves `dst` alone. (llama.cpp's own copy between
+        streams is only enqueued, and done at the next forward pass.)"""
+        ...
+
     def save(self, slot: int, n_tokens: int) -> bytes:
         """A snapshot of the slot's first `n_tokens` positions, for a host-memory KV tier (engine/kv_tier.py).
         Positions from `n_tokens` on are dropped from the slot first: the engine saves a slot it is about to

@@ -261,10 +261,20 @@ class LlamaCppRunner(LoadedModel):
         L.llama_memory_seq_rm(self._mem, dst, -1, -1)
         L.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
 
+    def clone(self, src: int, dst: int) -> None:
+        """`copy`, done now: `llama_memory_seq_cp` between streams only enqueues the copy, and llama.cpp copies
+        the buffer at the next `llama_decode`, reading `src` as it is then. A `restore` into `src` (or a `save`
+        reading `dst`) in between would be copied instead. A snapshot of `src` restored into `dst` is copied
+        at once, bit for bit."""
+        self.restore(dst, self._snapshot(src))
+
     def save(self, slot: int, n_tokens: int) -> bytes:
         """`llama_state_seq_get_data` of the slot, cut to `n_tokens` first: its cells' positions and their K and
         V rows, copied out of the cache as they are (so a restore is bit-exact)."""
         L.llama_memory_seq_rm(self._mem, slot, n_tokens, -1)
+        return self._snapshot(slot)
+
+    def _snapshot(self, slot: int) -> bytes:
         size = int(L.llama_state_seq_get_size(self._ctx, slot))
         buf = (ctypes.c_uint8 * size)()
         n = int(L.llama_state_seq_get_data(self._ctx, buf, size, slot))

@@ -138,6 +138,9 @@ class ReferenceRunner(LoadedModel):
         self._alone[dst] = list(self._alone[src])
         self._state[dst] = self._state[src].copy()
 
+    def clone(self, src: int, dst: int) -> None:
+        self.copy(src, dst)  # copies at once already
+
     def save(self, slot: int, n_tokens: int) -> bytes:
         """The slot's first `n_tokens` token ids (int32) then whether each was computed alone (uint8): the state
         is a function of those, recomputed on `restore`."""

@@ -40,7 +40,7 @@ from sluicegate.engine.forecast import (
     plan,
     work_of,
 )
-from sluicegate.engine.kv_tier import KvTier
+from sluicegate.engine.kv_tier import KvTier, default_budget
 from sluicegate.engine.metrics import EngineMetrics
 from sluicegate.engine.reuse import RecentPrompts
 from sluicegate.engine.sampler import SampleRow, sample
@@ -99,7 +99,7 @@ class Engine:
         cfg = config or SchedulerConfig()
         if cfg.max_batch_tokens > limits.n_batch:
             cfg = dataclasses.replace(cfg, max_batch_tokens=limits.n_batch)
-        self.kv_tier = KvTier(cfg.kv_cache_bytes or 0)
+        self.kv_tier = KvTier(default_budget() if cfg.kv_cache_bytes is None else cfg.kv_cache_bytes)
         self.scheduler = Scheduler(cfg, limits.n_slots, limits.eos_ids, exact_replies=limits.decoded_kv_exact,
                                    kv_tier=self.kv_tier)
         self.stats = EngineStats(slots_total=limits.n_slots, kv_tokens_total=limits.n_slots * limits.n_ctx)
@@ -377,8 +377,8 @@ class Engine:
                 self.runner.clear(op.slot)
             elif op.kind == "truncate":
                 self.runner.truncate(op.slot, op.arg)
-            elif op.kind == "copy":
-                self.runner.copy(op.arg, op.slot)
+            elif op.kind == "copy":  # with the tier's saves and restores about, copies must land in op order
+                (self.runner.clone if self.kv_tier.enabled else self.runner.copy)(op.arg, op.slot)
             elif op.kind == "save":
                 self.kv_tier.put(op.tokens, self.runner.save(op.slot, op.arg))
             else:

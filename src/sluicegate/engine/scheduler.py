@@ -49,7 +49,7 @@ class SchedulerConfig:
     speculative_auto: int = 8  # with no fixed K: adaptive drafts, at most this many, where exact (0: off)
     prompt_lookup_max: int = 3  # longest n-gram matched to find drafts (tried first)
     prompt_lookup_min: int = 2  # shortest n-gram matched
-    kv_cache_bytes: int | None = None  # host-memory KV tier budget (engine/kv_tier.py); None or 0: off (opt in)
+    kv_cache_bytes: int | None = None  # host-memory KV tier budget (engine/kv_tier.py); None: 1/8 of RAM; 0: off
 
 
 class SeqStatus(enum.Enum):
