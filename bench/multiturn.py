@@ -13,6 +13,10 @@ slot per client, 1,024 positions per slot):
   multi-turn    conversations of 4 turns (system prompt, then user/assistant turns), each turn resending
                 the whole history with the replies the server gave; N clients, each running conversations
                 one after the other, 2N conversations
+  many-conversations  more conversations than slots: each of N clients interleaves `--conversations-per-client`
+                (4) conversations turn by turn (turn 1 of each, then turn 2 of each, ...), `--turns` (4) turns,
+                so a conversation comes back for its next turn after 4N others were served and its slot has
+                been taken (what a chat app with many users sends); TTFT of turns 2+ reported apart
 
 All servers run at once and take turns, `--rounds` times with the first server rotating; tokens/s is the
 median round's, the ratio the median of per-round ratios against llama-server, TTFT and latency percentiles
@@ -29,7 +33,7 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +57,7 @@ FOLLOW_UPS = ["Tell me more.", "Give me an example.", "Summarise that in one sen
 class Stats(Level):
     prompt_tokens: int = 0  # as the server reported them
     cached_tokens: int = 0
+    later_ttft: list[float] = field(default_factory=list)  # many-conversations: TTFT of turns 2+ (ms)
 
 
 async def turn(c: httpx.AsyncClient, model: str, messages: list[dict[str, str]], max_tokens: int,
@@ -130,7 +135,31 @@ async def multi_turn(c: httpx.AsyncClient, model: str, st: Stats, rnd: int, max_
     await asyncio.gather(*(client() for _ in range(st.clients)))
 
 
-WORKLOADS = {"short-shared": short_shared, "multi-turn": multi_turn}
+CONVERSATIONS_PER_CLIENT = 4  # many-conversations (--conversations-per-client)
+TURNS = 4  # many-conversations (--turns)
+
+
+async def many_conversations(c: httpx.AsyncClient, model: str, st: Stats, rnd: int, max_tokens: int,
+                             size: int | None = None) -> None:
+    per = size or CONVERSATIONS_PER_CLIENT
+    users = [QUESTIONS, *[[f] * len(QUESTIONS) for f in FOLLOW_UPS]]
+
+    async def client(i: int) -> None:
+        convs = [[{"role": "system", "content": SYSTEM.format(r=rnd)}] for _ in range(per)]
+        for t in range(TURNS):
+            for j, msgs in enumerate(convs):
+                k = i * per + j
+                msgs.append({"role": "user", "content": f"{users[t % len(users)][k % len(QUESTIONS)]} (#{k})"})
+                before = len(st.ttft)
+                reply = await turn(c, model, msgs, max_tokens, st)
+                msgs.append({"role": "assistant", "content": reply})
+                if t and len(st.ttft) > before:
+                    st.later_ttft.append(st.ttft[-1])
+
+    await asyncio.gather(*(client(i) for i in range(st.clients)))
+
+
+WORKLOADS = {"short-shared": short_shared, "multi-turn": multi_turn, "many-conversations": many_conversations}
 
 
 def run_level(kinds: list[str], workload: str, n: int, rounds: int, max_tokens: int, log: Path,
@@ -163,8 +192,8 @@ async def _timed(url: str, model: str, st: Stats, workload: str, rnd: int, max_t
 
 
 def table(workload: str, runs: dict[tuple[str, int], list[Stats]], kinds: list[str], levels: list[int]) -> str:
-    rows = [f"\n**{workload}**\n", "| clients | server | tokens/s | TTFT p50 ms | TTFT p95 ms | latency p50 ms "
-            "| prompt tokens reused | ratio (per round) |", "|---|---|---|---|---|---|---|---|"]
+    rows = [f"\n**{workload}**\n", "| clients | server | tokens/s | TTFT p50 ms | TTFT p95 ms | TTFT turns 2+ p50 ms "
+            "| latency p50 ms | prompt tokens reused | ratio (per round) |", "|---|---|---|---|---|---|---|---|---|"]
     for n in levels:
         peer_runs = runs.get(("llama-server", n))
         for kind in kinds:
@@ -177,8 +206,9 @@ def table(workload: str, runs: dict[tuple[str, int], list[Stats]], kinds: list[s
             if kind != "llama-server" and peer_runs:
                 per = sorted(a.tps / b.tps for a, b in zip(lvs, peer_runs, strict=True) if b.tps)
                 ratio = f"{per[len(per) // 2]:.2f}x ({', '.join(f'{x:.2f}' for x in per)})"
+            later = [x for s in lvs for x in s.later_ttft]
             rows.append(f"| {n} | {kind} | {r.tps:.1f} | {percentile(r.ttft, .5):.0f} | "
-                        f"{percentile(r.ttft, .95):.0f} | "
+                        f"{percentile(r.ttft, .95):.0f} | {f'{percentile(later, .5):.0f}' if later else '-'} | "
                         f"{percentile(r.latency, .5):.0f} | {reused} | {ratio} |")
     return "\n".join(rows)
 
@@ -192,10 +222,15 @@ def main() -> None:
                     help="requests (short-shared) or conversations (multi-turn) a round; 1 at one client "
                          "alternates the servers conversation by conversation")
     ap.add_argument("--workloads", default="short-shared,multi-turn")
+    ap.add_argument("--conversations-per-client", type=int, default=CONVERSATIONS_PER_CLIENT,
+                    help="many-conversations: conversations each client interleaves")
+    ap.add_argument("--turns", type=int, default=TURNS, help="many-conversations: turns a conversation")
     ap.add_argument("--servers", default="sluicegate,llama-server")
     ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
     ap.add_argument("--write", action="store_true", help=f"replace docs/benchmarks.md's '{HEADING[3:]}'")
     args = ap.parse_args()
+    global CONVERSATIONS_PER_CLIENT, TURNS
+    CONVERSATIONS_PER_CLIENT, TURNS = args.conversations_per_client, args.turns
     levels = [int(x) for x in args.levels.split(",")]
     kinds = args.servers.split(",")
     tables = []
