@@ -8,20 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 from pydantic.config import JsonDict, JsonValue
 
-from sluicegate.protocol.common import (
-    NOT_NULL,
-    NULL_OR_EMPTY,
-    WHOLE_NUMBER_RULE,
-    ResponseModel,
-    StrictModel,
-    present,
-    when,
-)
+from sluicegate.protocol.common import ModelName, ResponseModel, StrictModel
 from sluicegate.protocol.openai_chat import FunctionName, JsonSchema
 from sluicegate.protocol.openai_common import Refusal, StopField, each_refusal, refusal
+from sluicegate.protocol.rules import NOT_NULL, NULL_OR_EMPTY, present, request_schema, when
 
 # -- content blocks ----------------------------------------------------------------------------------------
 
@@ -134,7 +127,7 @@ MESSAGES_DESCRIPTION = (
     "`tools` (`unknown_function`); two tools with one name (`duplicate_function`); a last message from the "
     "assistant, as prefill is not supported (`unsupported_value`); an `input_schema` outside the subset the "
     "server enforces (`unsupported_schema`); prompt plus `max_tokens` over the model's window "
-    f"(`context_length_exceeded`). {WHOLE_NUMBER_RULE}"
+    "(`context_length_exceeded`)."
 )
 
 System = str | Annotated[list[TextBlockParam], Field(min_length=1, max_length=256)]
@@ -143,10 +136,10 @@ Tools = Annotated[list[ToolParam], Field(min_length=1, max_length=64)]
 
 
 class CountTokensRequest(StrictModel):
-    model_config = ConfigDict(json_schema_extra={"description": "The prompt `POST /v1/messages` would run, "
-                                                 "counted. " + MESSAGES_DESCRIPTION, "allOf": COUNT_RULES})
+    model_config = request_schema("The prompt `POST /v1/messages` would run, counted. " + MESSAGES_DESCRIPTION,
+                                  COUNT_RULES)
 
-    model: str = Field(min_length=1, max_length=256, description="`name` or `name@version`")
+    model: ModelName
     messages: Messages
     system: System | None = None
     tools: Tools | None = None
@@ -155,7 +148,7 @@ class CountTokensRequest(StrictModel):
 
 
 class MessagesRequest(CountTokensRequest):
-    model_config = ConfigDict(json_schema_extra={"description": MESSAGES_DESCRIPTION, "allOf": MESSAGES_RULES})
+    model_config = request_schema(MESSAGES_DESCRIPTION, MESSAGES_RULES)
 
     max_tokens: int = Field(ge=1, le=1 << 17, description="new tokens at most (required, as on Anthropic)")
     stop_sequences: Annotated[list[StopField], Field(max_length=4)] | None = None

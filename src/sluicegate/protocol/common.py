@@ -1,11 +1,11 @@
-"""Shared schema pieces: the strict base model, model identity, usage, timing, the error envelope."""
+"""Shared schema pieces: the strict base model, model identity, usage, timing, the error envelope (a request's
+cross-field rules: protocol/rules.py)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic.config import JsonDict
 
 
 class StrictModel(BaseModel):
@@ -14,27 +14,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
-WHOLE_NUMBER_RULE = (
-    "Integer fields take JSON integers only: a number with a fraction part written, such as `8.0`, is refused "
-    "(`wrong_type`) although JSON Schema counts it as an integer. Numbers are I-JSON anywhere in the body, "
-    "free-form objects included: an integer of more than 64 digits is refused (`number_out_of_range`). This "
-    "schema cannot say either (docs/errors.md)."
-)
-"""Part of every request schema's description: the number rules JSON Schema has no keyword for."""
-
-
-def present(name: str, schema: JsonDict) -> JsonDict:
-    """A JSON Schema condition: `name` is in the object and matches `schema`."""
-    return {"required": [name], "properties": {name: schema}}
-
-
-def when(condition: JsonDict, then: JsonDict) -> JsonDict:
-    """A cross-field rule of a request schema (JSON Schema 2020-12 `if`/`then`), for its `allOf`."""
-    return {"if": condition, "then": then}
-
-
-NOT_NULL: JsonDict = {"not": {"type": "null"}}
-NULL_OR_EMPTY: JsonDict = {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}
+ModelName = Annotated[str, Field(min_length=1, max_length=256, description="`name` or `name@version`")]
 
 
 class ResponseModel(BaseModel):

@@ -7,15 +7,8 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from sluicegate.engine.types import SamplingParams
-from sluicegate.protocol.common import (
-    WHOLE_NUMBER_RULE,
-    ModelInfo,
-    ResponseModel,
-    StageTiming,
-    StopList,
-    StrictModel,
-    Usage,
-)
+from sluicegate.protocol.common import ModelInfo, ResponseModel, StageTiming, StopList, StrictModel, Usage
+from sluicegate.protocol.rules import WHOLE_NUMBER_RULE
 
 MAX_SEED = 2**63 - 1
 

@@ -5,18 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 from pydantic.config import JsonDict, JsonValue
 
-from sluicegate.protocol.common import (
-    NOT_NULL,
-    NULL_OR_EMPTY,
-    WHOLE_NUMBER_RULE,
-    ResponseModel,
-    StrictModel,
-    present,
-    when,
-)
+from sluicegate.protocol.common import ModelName, ResponseModel, StrictModel
 from sluicegate.protocol.openai_common import (
     MAX_N,
     MAX_SEED,
@@ -31,6 +23,7 @@ from sluicegate.protocol.openai_common import (
     refusal,
     stream_options_refusal,
 )
+from sluicegate.protocol.rules import NOT_NULL, NULL_OR_EMPTY, present, request_schema, when
 
 FunctionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 JsonSchema = dict[str, Any]
@@ -166,16 +159,16 @@ CHAT_DESCRIPTION = (
     "(`duplicate_function`); a last message from the assistant (`unsupported_value`); a `parameters` or "
     "`json_schema.schema` outside the subset the server enforces (`unsupported_schema`); `logit_bias` ids "
     "outside the model's vocabulary (`invalid_token_id`); prompt plus new tokens over the model's window "
-    f"(`context_length_exceeded`). {WHOLE_NUMBER_RULE}"
+    "(`context_length_exceeded`)."
 )
 
 # -- the request -------------------------------------------------------------------------------------------
 
 
 class ChatCompletionRequest(StrictModel):
-    model_config = ConfigDict(json_schema_extra={"description": CHAT_DESCRIPTION, "allOf": CHAT_RULES})
+    model_config = request_schema(CHAT_DESCRIPTION, CHAT_RULES)
 
-    model: str = Field(min_length=1, max_length=256, description="`name` or `name@version`")
+    model: ModelName
     messages: Annotated[list[Message], Field(min_length=1, max_length=1024)]
     max_tokens: int | None = Field(None, ge=1, le=1 << 17, description="deprecated spelling of the next")
     max_completion_tokens: int | None = Field(

@@ -5,17 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 from pydantic.config import JsonValue
 
-from sluicegate.protocol.common import (
-    NULL_OR_EMPTY,
-    WHOLE_NUMBER_RULE,
-    ResponseModel,
-    StrictModel,
-    present,
-    when,
-)
+from sluicegate.protocol.common import ModelName, ResponseModel, StrictModel
 from sluicegate.protocol.openai_chat import ResponseFormat
 from sluicegate.protocol.openai_common import (
     MAX_N,
@@ -28,6 +21,7 @@ from sluicegate.protocol.openai_common import (
     refusal,
     stream_options_refusal,
 )
+from sluicegate.protocol.rules import NULL_OR_EMPTY, present, request_schema, when
 
 MAX_PROMPTS = 16  # prompts in one request, times n: at most this many choices
 
@@ -52,15 +46,14 @@ COMPLETION_DESCRIPTION = (
     "`logprobs` or `suffix`; `stop` with JSON output (`response_format`). Refused rules it cannot state (400, "
     "`code` names the rule): more than 16 prompts times `n` (`too_many_choices`); `suffix` on a model without "
     "fill-in-the-middle tokens (`unsupported_parameter`); token ids or `logit_bias` ids outside the model's vocabulary "
-    "(`invalid_token_id`); prompt plus `max_tokens` over the model's window (`context_length_exceeded`). "
-    f"{WHOLE_NUMBER_RULE}"
+    "(`invalid_token_id`); prompt plus `max_tokens` over the model's window (`context_length_exceeded`)."
 )
 
 
 class CompletionRequest(StrictModel):
-    model_config = ConfigDict(json_schema_extra={"description": COMPLETION_DESCRIPTION, "allOf": COMPLETION_RULES})
+    model_config = request_schema(COMPLETION_DESCRIPTION, COMPLETION_RULES)
 
-    model: str = Field(min_length=1, max_length=256, description="`name` or `name@version`")
+    model: ModelName
     prompt: Prompt = Field(description="text, texts, token ids, or lists of token ids")
     max_tokens: int = Field(16, ge=1, le=1 << 17)
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="0 is greedy")

@@ -10,8 +10,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from sluicegate.protocol.common import NOT_NULL, ResponseModel, StrictModel, present, when
+from sluicegate.protocol.common import ResponseModel, StrictModel
 from sluicegate.protocol.generate import GenerateOptions
+from sluicegate.protocol.rules import NOT_NULL, present, when
 
 MetadataKey = Annotated[str, Field(min_length=1, max_length=64)]
 MetadataValue = Annotated[str, Field(max_length=512)]

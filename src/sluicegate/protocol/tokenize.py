@@ -7,8 +7,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from sluicegate.protocol.common import NOT_NULL, ResponseModel, StrictModel, present
+from sluicegate.protocol.common import ResponseModel, StrictModel
 from sluicegate.protocol.openai_chat import Message
+from sluicegate.protocol.rules import NOT_NULL, present
 
 
 class TokenizeRequest(StrictModel):
