@@ -36,31 +36,34 @@ class OutputText(StrictModel):
 
 
 ContentPart = Annotated[InputText | OutputText, Field(discriminator="type")]
+ItemId = Annotated[str | None, Field(max_length=256)]
+ItemStatus = Literal["in_progress", "completed", "incomplete"] | None
+CallId = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class FunctionCallItem(StrictModel):
+    type: Literal["function_call"]
+    call_id: CallId
+    name: FunctionName
+    arguments: str = Field(max_length=1 << 20, description="JSON text, as the model produced it")
+    id: ItemId = None
+    status: ItemStatus = None
+
+
+class FunctionCallOutputItem(StrictModel):
+    type: Literal["function_call_output"]
+    call_id: CallId
+    output: str
+    id: ItemId = None
+    status: ItemStatus = None
 
 
 class MessageItem(StrictModel):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
     content: str | Annotated[list[ContentPart], Field(min_length=1, max_length=256)]
-    id: str | None = Field(None, max_length=256)
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-class FunctionCallItem(StrictModel):
-    type: Literal["function_call"]
-    call_id: str = Field(min_length=1, max_length=256)
-    name: FunctionName
-    arguments: str = Field(max_length=1 << 20, description="JSON text, as the model produced it")
-    id: str | None = Field(None, max_length=256)
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-class FunctionCallOutputItem(StrictModel):
-    type: Literal["function_call_output"]
-    call_id: str = Field(min_length=1, max_length=256)
-    output: str
-    id: str | None = Field(None, max_length=256)
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    id: ItemId = None
+    status: ItemStatus = None
 
 
 def _item_kind(value: Any) -> str:
