@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluicegate.contract.outcomes import NATIVE_EXPECT
+
 MARKER = "zqx7-probe-marker"  # placed in probe bodies; a response that contains it echoed the input
 WEATHER_SCHEMA: dict[str, Any] = {  # the one tool's arguments schema, in each surface's tool shape
     "type": "object",
@@ -70,17 +72,6 @@ class ProbeOptions:
 
 
 ProbeProvider = Callable[[ProbeOptions], Iterable[Probe]]
-
-# logical outcome -> (status, error type) per surface
-NATIVE_EXPECT: Mapping[str, tuple[int, str]] = {
-    "malformed": (400, "invalid_json"),
-    "invalid": (422, "invalid_request"),
-    "media_type": (415, "unsupported_media_type"),
-    "too_large": (413, "body_too_large"),
-    "prompt_too_long": (422, "prompt_too_long"),
-    "window": (422, "context_length_exceeded"),
-    "no_model": (404, "model_not_found"),
-}
 
 
 @dataclass(frozen=True, slots=True)

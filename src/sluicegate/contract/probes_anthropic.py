@@ -8,18 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sluicegate.contract.outcomes import dialect_outcomes
 from sluicegate.contract.probes import MARKER, WEATHER_SCHEMA, Probe, ProbeOptions, Target, json_body_probes, register
 
 INVALID = (400, "invalid_request_error")
-ANTHROPIC_EXPECT: Mapping[str, tuple[int, str]] = {
-    "malformed": INVALID,
-    "invalid": INVALID,
-    "media_type": (415, "invalid_request_error"),
-    "too_large": (413, "request_too_large"),
-    "prompt_too_long": INVALID,
-    "window": INVALID,
-    "no_model": (404, "not_found_error"),
-}
+ANTHROPIC_EXPECT = dialect_outcomes(INVALID, media_type=(415, "invalid_request_error"),
+                                    too_large=(413, "request_too_large"), no_model=(404, "not_found_error"))
 MESSAGES = "/v1/messages"
 COUNT = "/v1/messages/count_tokens"
 _TOOL = {"name": "get_weather", "input_schema": WEATHER_SCHEMA}

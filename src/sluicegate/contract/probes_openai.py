@@ -10,18 +10,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from sluicegate.contract.outcomes import dialect_outcomes
 from sluicegate.contract.probes import MARKER, WEATHER_SCHEMA, Probe, ProbeOptions, Target, json_body_probes, register
 
 INVALID = (400, "invalid_request_error")
-OPENAI_EXPECT: Mapping[str, tuple[int, str]] = {
-    "malformed": INVALID,
-    "invalid": INVALID,
-    "media_type": (415, "unsupported_media_type"),
-    "too_large": (413, "body_too_large"),
-    "prompt_too_long": INVALID,
-    "window": INVALID,
-    "no_model": (404, "invalid_request_error"),
-}
+OPENAI_EXPECT = dialect_outcomes(INVALID, media_type=(415, "unsupported_media_type"),
+                                 too_large=(413, "body_too_large"), no_model=(404, "invalid_request_error"))
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 
