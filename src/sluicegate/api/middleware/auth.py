@@ -25,10 +25,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.api.envelope import send_error
-from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.middleware.request_context import StatusWatch, context_of
 from sluicegate.registry import Route, route_for
 from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.serving.errors import ApiError
@@ -141,20 +141,13 @@ class AuthMiddleware:
         if not route.work or scope.get("method") != "POST":  # reading a stored result costs no tokens
             await self.app(scope, receive, send)
             return
-        status = 0
-
-        async def watch(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        watch = StatusWatch(send)
         try:
             await self.app(scope, receive, watch)
         finally:
             usage = ctx.usage or (ctx.meter() if ctx.meter is not None else TokenUsage())
             self.state.ledger.record(ctx.key_id, route.path, usage.prompt_tokens, usage.cached_tokens,
-                                     usage.generated_tokens, status or 500, request_id=ctx.request_id)
+                                     usage.generated_tokens, watch.status or 500, request_id=ctx.request_id)
 
     async def _authenticate(self, scope: Scope, route: Route, ctx: RequestContext) -> ApiError | None:
         keys = self.state.keys

@@ -84,6 +84,19 @@ def context_of(scope: Scope) -> RequestContext:
     return ctx
 
 
+class StatusWatch:
+    """A `send` that passes every message on and keeps the response's status: 0 until the response starts."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status = 0
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
+
+
 class RequestContextMiddleware:
     def __init__(self, app: ASGIApp, on_disconnect: Callable[[str], None] | None = None) -> None:
         self.app = app

@@ -8,9 +8,9 @@ the method, path, status, request id and, once auth has run, the key's id.
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.middleware.request_context import StatusWatch, context_of
 from sluicegate.telemetry import tracing
 
 _PROPAGATED = (b"traceparent", b"tracestate")
@@ -43,20 +43,14 @@ class TracingMiddleware:
 
         ctx = context_of(scope)
         method = scope.get("method", "")
-        status = 0
-
-        async def watch(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        watch = StatusWatch(send)
         attributes = {"http.request.method": method, "url.path": scope.get("path", ""),
                       tracing.REQUEST_ID: ctx.request_id}
         with tracing.tracer().start_as_current_span(method, kind=SpanKind.SERVER, attributes=attributes) as span:
             try:
                 await self.app(scope, receive, watch)
             finally:
+                status = watch.status
                 route = getattr(scope.get("route"), "path", None)
                 if route:
                     span.update_name(f"{method} {route}")
