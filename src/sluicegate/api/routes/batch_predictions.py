@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 
 from sluicegate.api.envelope import error_response
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.routes.common import error_responses, json_reply, refuse_query
+from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply, refuse_query
 from sluicegate.api.state import AppState, app_state
 from sluicegate.jobs import states as S
 from sluicegate.jobs.create import SeedJob, parse_list
@@ -27,6 +27,7 @@ from sluicegate.protocol.batches import (
     BatchPredictionResults,
     Progress,
 )
+from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.store.models import BatchItem
 
@@ -81,6 +82,29 @@ async def _view(state: AppState, job_id: str, key_id: str | None) -> JobView:
     return view
 
 
+async def _unknown(state: AppState, job_id: str, ctx: RequestContext) -> Response | None:
+    """The error answer when the caller has no such job; None when it has."""
+    try:
+        await _view(state, job_id, ctx.key_id)
+    except ApiError as exc:
+        return error_response(exc, ctx.request_id)
+    return None
+
+
+async def _cancel(state: AppState, job_id: str, key_id: str | None) -> JobView:
+    return await cancel_and_view(state, job_id, key_id, _view)
+
+
+async def _reply(request: Request, job_id: str,
+                 view: Callable[[AppState, str, str | None], Awaitable[JobView]]) -> Response:
+    """The job as `view` leaves it, or the error it raised."""
+    ctx = context_of(request.scope)
+    try:
+        return json_reply(seed_object(await view(app_state(request), job_id, ctx.key_id)), ctx)
+    except ApiError as exc:
+        return error_response(exc, ctx.request_id)
+
+
 @router.post(BASE, response_model=BatchPrediction, status_code=202, responses=ERRORS,
              summary="Queue prediction requests: a JSON list, or JSONL (application/jsonl) streamed",
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
@@ -124,25 +148,13 @@ async def list_jobs(request: Request, limit: int = Query(20, ge=1, le=100), afte
 @router.get(BASE + "/{job_id}", response_model=BatchPrediction, summary="Status, progress and ETA",
             responses=ERRORS)
 async def get_job(request: Request, job_id: str) -> Response:
-    ctx = context_of(request.scope)
-    try:
-        return json_reply(seed_object(await _view(app_state(request), job_id, ctx.key_id)), ctx)
-    except ApiError as exc:
-        return error_response(exc, ctx.request_id)
+    return await _reply(request, job_id, _view)
 
 
 @router.delete(BASE + "/{job_id}", response_model=BatchPrediction, responses=ERRORS,
                summary="Cancel: running items abort in the engine within a step, the rest never start")
 async def cancel_job(request: Request, job_id: str) -> Response:
-    ctx = context_of(request.scope)
-    state = app_state(request)
-    try:
-        await _view(state, job_id, ctx.key_id)
-        if await asyncio.to_thread(state.batch.jobs.cancel, job_id):
-            state.batch.cancelled(job_id)
-        return json_reply(seed_object(await _view(state, job_id, ctx.key_id)), ctx)
-    except ApiError as exc:
-        return error_response(exc, ctx.request_id)
+    return await _reply(request, job_id, _cancel)
 
 
 @router.get(BASE + "/{job_id}/results", response_model=BatchPredictionResults, responses=ERRORS,
@@ -151,10 +163,8 @@ async def results(request: Request, job_id: str, after: int = Query(0, ge=0),
                   limit: int = Query(100, ge=1, le=1000)) -> Response:
     ctx = context_of(request.scope)
     state = app_state(request)
-    try:
-        await _view(state, job_id, ctx.key_id)
-    except ApiError as exc:
-        return error_response(exc, ctx.request_id)
+    if (refused := await _unknown(state, job_id, ctx)) is not None:
+        return refused
     items = await asyncio.to_thread(state.batch.jobs.items, job_id, after_line=after, limit=limit + 1)
     page = [result_of(i) for i in items[:limit]]
     more = len(items) > limit
@@ -168,10 +178,8 @@ async def results(request: Request, job_id: str, after: int = Query(0, ge=0),
 async def download(request: Request, job_id: str) -> Response:
     ctx = context_of(request.scope)
     state = app_state(request)
-    try:
-        await _view(state, job_id, ctx.key_id)
-    except ApiError as exc:
-        return error_response(exc, ctx.request_id)
+    if (refused := await _unknown(state, job_id, ctx)) is not None:
+        return refused
     jobs = state.batch.jobs
 
     async def lines() -> AsyncIterator[bytes]:

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_error_response
-from sluicegate.api.routes.common import error_responses, json_reply
+from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply
 from sluicegate.api.routes.files import not_found, ts
 from sluicegate.api.routes.openai import read_openai
 from sluicegate.api.state import AppState, app_state
@@ -94,12 +94,8 @@ async def get_batch(request: Request, batch_id: str) -> Response:
              summary="Cancel a batch: requests not started never run, running ones abort", responses=ERRORS)
 async def cancel_batch(request: Request, batch_id: str) -> Response:
     ctx = context_of(request.scope)
-    state = app_state(request)
     try:
-        await _view(state, batch_id, ctx.key_id)
-        if await asyncio.to_thread(state.batch.jobs.cancel, batch_id):
-            state.batch.cancelled(batch_id)
-        view = await _view(state, batch_id, ctx.key_id)
+        view = await cancel_and_view(app_state(request), batch_id, ctx.key_id, _view)
         if view.job.status not in ("cancelling", "cancelled"):
             raise ApiError("invalid_request", f"the batch is {view.job.status}: only a batch that has not finished "
                            "can be cancelled", param="batch_id", code="batch_not_cancellable")

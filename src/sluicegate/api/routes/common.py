@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import Request, Response
@@ -11,8 +13,9 @@ from pydantic import BaseModel
 from sluicegate.api.envelope import envelope
 from sluicegate.api.jsonbody import parse_json, validate
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.state import app_state
+from sluicegate.api.state import AppState, app_state
 from sluicegate.api.validation import plain_name
+from sluicegate.jobs.store import JobView
 from sluicegate.serving import deadline
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import STATUS, ApiError
@@ -64,6 +67,16 @@ def json_reply(payload: BaseModel, ctx: RequestContext) -> Response:
     return Response(body, media_type="application/json")
 
 
+async def cancel_and_view(state: AppState, job_id: str, key_id: str | None,
+                          view: Callable[[AppState, str, str | None], Awaitable[JobView]]) -> JobView:
+    """Cancel one of the caller's batch jobs and return it as it stands after; `view` refuses a job that is not
+    the caller's (or none), before anything is cancelled."""
+    await view(state, job_id, key_id)
+    if await asyncio.to_thread(state.batch.jobs.cancel, job_id):
+        state.batch.cancelled(job_id)
+    return await view(state, job_id, key_id)
+
+
 def idempotency_doc() -> dict[str, Any]:
     """OpenAPI `parameters` for the optional Idempotency-Key header of a route that creates work."""
     return {"parameters": [{
@@ -96,5 +109,5 @@ def error_responses(*types: str) -> dict[int | str, dict[str, Any]]:
     return out
 
 
-__all__ = ["envelope", "error_responses", "idempotency_doc", "json_reply", "read_request", "require_json",
-           "work_doc"]
+__all__ = ["cancel_and_view", "envelope", "error_responses", "idempotency_doc", "json_reply", "read_request",
+           "require_json", "work_doc"]

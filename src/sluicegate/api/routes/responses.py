@@ -39,9 +39,9 @@ from sluicegate.serving.models import ServedModel
 from sluicegate.store import responses as stored
 from sluicegate.store.db import Store
 
+_ID = re.compile(ID_PATTERN)
 router = APIRouter(tags=["openai"])
 log = logging.getLogger("sluicegate.responses")
-_ID = re.compile(ID_PATTERN)
 
 
 def _owner(ctx: RequestContext) -> str:
