@@ -24,6 +24,13 @@ from sluicegate.upstream.wire import Chunk, UpstreamFailure, check_usage, parse_
 PROBE_TEXT = "The quick brown fox: 42 + 7 = 49; naïve café, 東京."
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    n_ctx: int
+    token_ids: bool
+    tokenize: bool  # it has a /tokenize that agreed with ours
+
+
 class UpstreamRefused(Exception):
     """The upstream cannot be served behind our boundary; the message says why, for the operator.
     `permanent`: it answered, and what it answered can never work without changing the configuration (it does
@@ -33,13 +40,6 @@ class UpstreamRefused(Exception):
     def __init__(self, message: str, *, permanent: bool = True) -> None:
         super().__init__(message)
         self.permanent = permanent
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeResult:
-    n_ctx: int
-    token_ids: bool
-    tokenize: bool  # it has a /tokenize that agreed with ours
 
 
 async def _json(http: httpx.AsyncClient, method: str, url: str, headers: dict[str, str],
