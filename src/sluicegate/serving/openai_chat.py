@@ -49,19 +49,12 @@ from sluicegate.serving.chat_template import (
 )
 from sluicegate.serving.constraints import Grammar, GrammarConstraint, GrammarError, compile_json
 from sluicegate.serving.context import RequestContext
-from sluicegate.serving.core import (
-    HEARTBEAT_S,
-    Runs,
-    check_tokens,
-    collect_finished,
-    default_new_tokens,
-    finish_error,
-    start_runs,
-)
+from sluicegate.serving.core import Runs, check_tokens, collect_finished, default_new_tokens, start_runs
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
 from sluicegate.serving.openai_common import (
     TextDeltas,
+    arrivals,
     chat_logprobs,
     fingerprint,
     openai_finish,
@@ -494,15 +487,11 @@ async def stream(
                 yield chunks.one(i, ChoiceDelta(role="assistant"))
             else:
                 yield chunks.one(i, ChoiceDelta(role="assistant", content=""))
-        async for ev in plan.runs.events(HEARTBEAT_S):
+        async for ev in arrivals(plan.runs, finals, lambda i: check_constraint(plan, i)):
             if ev is None:
                 yield None
                 continue
-            i, out = ev
-            err = finish_error(out) if out.finished else None
-            if out.finished and err is None:
-                check_constraint(plan, i)
-                finals[i] = out
+            i, out, err = ev
             lps = ChoiceLogprobs(content=chat_logprobs(model.runner, out.logprobs)) if req.logprobs else None
             if parsers:
                 events = parsers[i].feed(out.text) if out.text else []

@@ -10,7 +10,7 @@ import codecs
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
@@ -22,6 +22,7 @@ from sluicegate.backends.base import ModelRunner
 from sluicegate.engine import AsyncEngine, FinishReason, RequestOutput, SamplingParams, SchedulerConfig, TokenLogprob
 from sluicegate.protocol.openai_common import OpenAIUsage, PromptTokensDetails, TopLogprob
 from sluicegate.protocol.openai_common import TokenLogprob as TokenLogprobOut
+from sluicegate.serving.core import HEARTBEAT_S, Runs, finish_error
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 
@@ -231,3 +232,21 @@ class CompletionLogprobState:
                     top.setdefault(f"token_id:{tid}" if as_ids else token_piece(runner, tid)[0], _lp(v))
                 tops.append(top)
         return tokens, values, (tops if want_top else None), offsets
+
+
+async def arrivals(
+    runs: Runs, finals: list[RequestOutput | None], check: Callable[[int], None] | None = None,
+) -> AsyncIterator[tuple[int, RequestOutput, ApiError | None] | None]:
+    """The runs' outputs as they come, each with the error it finished in; None: a heartbeat is due. A run that
+    finishes well is checked first (`check(i)`, which may raise) and kept in `finals[i]`."""
+    async for ev in runs.events(HEARTBEAT_S):
+        if ev is None:
+            yield None
+            continue
+        i, out = ev
+        err = finish_error(out) if out.finished else None
+        if out.finished and err is None:
+            if check is not None:
+                check(i)
+            finals[i] = out
+        yield i, out, err

@@ -28,20 +28,13 @@ from sluicegate.protocol.openai_completions import (
     CompletionRequest,
 )
 from sluicegate.serving.context import RequestContext
-from sluicegate.serving.core import (
-    HEARTBEAT_S,
-    Runs,
-    check_text_bytes,
-    check_tokens,
-    collect_finished,
-    finish_error,
-    start_runs,
-)
+from sluicegate.serving.core import Runs, check_text_bytes, check_tokens, collect_finished, start_runs
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
 from sluicegate.serving.openai_common import (
     CompletionLogprobState,
     TextDeltas,
+    arrivals,
     check_token_ids,
     fingerprint,
     openai_finish,
@@ -231,14 +224,11 @@ async def stream(
                         )
                     ]
                 )
-        async for ev in plan.runs.events(HEARTBEAT_S):
+        async for ev in arrivals(plan.runs, finals):
             if ev is None:
                 yield None
                 continue
-            i, out = ev
-            err = finish_error(out) if out.finished else None
-            if out.finished and err is None:
-                finals[i] = out
+            i, out, err = ev
             lps = _logprobs(model, states[i], req, out.logprobs)
             ids = out.new_token_ids if req.return_token_ids else None
             if out.text or ids or (lps is not None and lps.tokens):
