@@ -15,25 +15,14 @@ from __future__ import annotations
 from typing import Final
 
 # job states (OpenAI's own names: the OpenAI shape shows them as they are)
-VALIDATING: Final = "validating"
-IN_PROGRESS: Final = "in_progress"
-FINALIZING: Final = "finalizing"
-COMPLETED: Final = "completed"
-FAILED: Final = "failed"
-EXPIRED: Final = "expired"
-CANCELLING: Final = "cancelling"
-CANCELLED: Final = "cancelled"
+VALIDATING, IN_PROGRESS, FINALIZING, COMPLETED, FAILED, EXPIRED, CANCELLING, CANCELLED = (
+    "validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled")
 ACTIVE: Final = frozenset({VALIDATING, IN_PROGRESS, FINALIZING, CANCELLING})
 FINAL: Final = frozenset({COMPLETED, FAILED, EXPIRED, CANCELLED})
 
-# item states
-HELD: Final = "held"  # written while its job is validating: not leasable until the job starts
-PENDING: Final = "pending"
-LEASED: Final = "leased"
-DONE: Final = "done"
-ITEM_FAILED: Final = "failed"
-ITEM_CANCELLED: Final = "cancelled"
-ITEM_EXPIRED: Final = "expired"
+# item states; HELD: written while its job is validating, not leasable until the job starts
+HELD, PENDING, LEASED, DONE, ITEM_FAILED, ITEM_CANCELLED, ITEM_EXPIRED = (
+    "held", "pending", "leased", "done", "failed", "cancelled", "expired")
 OPEN_ITEMS: Final = (HELD, PENDING, LEASED)
 
 
