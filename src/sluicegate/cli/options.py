@@ -47,7 +47,7 @@ def add_settings_args(p: argparse.ArgumentParser, groups: Iterable[type[Group]] 
             flag = flag_for(name)
             info = FIELDS[name]
             opt = "--" + name.replace("_", "-")
-            help_ = f"{info.description}{_default_text(name)} [{env_name(name)}]"
+            help_ = f"{' '.join((info.description or '').split())}{_default_text(name)} [{env_name(name)}]"
             if info.annotation is bool:
                 section.add_argument(opt, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                                      help=help_)
