@@ -193,8 +193,17 @@ class UpstreamConfig:
 
 @dataclass(frozen=True, slots=True)
 class Config:
+    """Everything the server is built from, in the order of the settings' groups (settings/groups.py)."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: SchedulerConfig = field(default_factory=SchedulerConfig)
+    host: str = "127.0.0.1"  # listen address
+    # Host header names served (`--allowed-hosts`; `*` any, `*.example.com` its subdomains); None: loopback
+    # names and addresses on a loopback bind, any host on a wildcard or other bind (DNS rebinding, docs/serving.md)
+    allowed_hosts: tuple[str, ...] | None = None
+    port: int = 8000  # listen port
+    cors_origins: tuple[str, ...] = ()  # browser origins whose pages may call the server (`*`: any); none by default
+    error_docs_url: str = DEFAULT_DOCS_URL  # the error catalog's address: each envelope's docs_url is it + an anchor
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     deadlines: DeadlineConfig = field(default_factory=DeadlineConfig)
     connections: ConnectionConfig = field(default_factory=ConnectionConfig)
@@ -205,10 +214,3 @@ class Config:
     jobs: JobsConfig = field(default_factory=JobsConfig)
     webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
-    host: str = "127.0.0.1"  # listen address
-    # Host header names served (`--allowed-hosts`; `*` any, `*.example.com` its subdomains); None: loopback
-    # names and addresses on a loopback bind, any host on a wildcard or other bind (DNS rebinding, docs/serving.md)
-    allowed_hosts: tuple[str, ...] | None = None
-    port: int = 8000  # listen port
-    cors_origins: tuple[str, ...] = ()  # browser origins whose pages may call the server (`*`: any); none by default
-    error_docs_url: str = DEFAULT_DOCS_URL  # the error catalog's address: each envelope's docs_url is it + an anchor
