@@ -73,7 +73,7 @@ class ModelSettings(Group):
     """speculative decoding: shortest n-gram matched"""
     kv_cache_bytes: Annotated[int | None, Flag(t.nonnegative_int, "BYTES")] = _E.kv_cache_bytes
     """host memory for evicted slots' KV, restored when their conversation returns instead of prefilled again (default:
-    off; an eighth of the machine's memory is a sensible budget; docs/engine.md, KV tier)"""
+    an eighth of the machine's memory; 0: off; docs/engine.md, KV tier)"""
 
 
 class HttpSettings(Group):
