@@ -9,13 +9,7 @@ import time
 
 import pytest
 
-from sluicegate.backends.cpu_threads import (
-    NeighbourLoad,
-    ThreadGovernor,
-    host_threads,
-    runnable_neighbours,
-    usable_cores,
-)
+from sluicegate.backends.cpu_threads import NeighbourLoad, ThreadGovernor, runnable_neighbours, usable_cores
 
 
 class Feed:
@@ -264,47 +258,3 @@ def test_a_busy_process_counts_as_a_neighbour_and_this_process_does_not() -> Non
     # bracket its own, so allow a few ticks). Other processes on a shared machine may add to both sides.
     assert own >= 0.1  # we did spin
     assert cores * clock[0] <= machine - own + 0.05
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc to read CPU time")
-def test_another_python_thread_of_this_process_counts_as_a_neighbour() -> None:
-    """The event loop parsing a burst takes a core from the compute threads as another process would: a
-    spinning Python thread is a host thread, and its CPU time is what the load reports beyond the same reading
-    made without it (both readings see the same machine, so other processes cancel out)."""
-    import threading
-
-    clock = [0.0]
-    hz = os.sysconf("SC_CLK_TCK")
-    stop, started = threading.Event(), threading.Event()
-
-    def spin() -> None:
-        started.set()
-        while not stop.is_set():
-            pass
-
-    t = threading.Thread(target=spin)
-    t.start()
-    started.wait()
-    try:
-        tid = t.native_id
-        assert tid is not None and tid in host_threads() and threading.get_native_id() not in host_threads()
-        with_it, without = NeighbourLoad(clock=lambda: clock[0]), NeighbourLoad(clock=lambda: clock[0], hosts=set)
-        assert with_it() is None and without() is None  # the first call only takes the reading
-        t0, start = time.monotonic(), _thread_ticks(tid)
-        while _thread_ticks(tid) - start < 30:  # the spinner has run 0.3 s (however long that takes)
-            time.sleep(0.01)
-        clock[0] = time.monotonic() - t0
-        a, b = with_it(), without()
-        used = (_thread_ticks(tid) - start) / hz
-    finally:
-        stop.set()
-        t.join()
-    assert a is not None and b is not None
-    assert (a - b) * clock[0] >= used - 0.05  # the spinner's time, less a few 10 ms ticks read apart
-
-
-def _thread_ticks(tid: int) -> int:
-    with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-        stat = f.read()
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return int(fields[11]) + int(fields[12])

@@ -23,13 +23,6 @@ look and takes its thread at once; one that has gone is forgotten at once. llama
 result: each output element is computed by one thread whatever the split (tested token for token in
 tests/e2e/test_runner_e2e.py).
 
-"Neighbours" include this process's own Python threads other than the one asking (the engine thread, which
-runs llama.cpp's compute): the event loop parsing, templating and refusing a burst of requests, the job
-workers, the exporters. They take cores from the compute threads exactly as another process would (a burst
-of requests parsed on the event loop beside two compute threads on two cores is one more runnable thread than
-there are cores); the compute threads are the caller and the native threads Python does not know of
-(llama.cpp's OpenMP workers).
-
 Hand-written because no library exposes it: the kernel's CPU accounting is the only direct signal, and llama.cpp's
 threadpool API (which could pause threads itself) is not bound by llama-cpp-python.
 """
@@ -39,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -88,19 +80,9 @@ def runnable_neighbours() -> int | None:
         return None
 
 
-def host_threads() -> set[int]:
-    """Native ids of this process's Python threads other than the caller's (the event loop, workers): to the
-    compute threads (the caller, and native threads Python does not know of) they are neighbours."""
-    me = threading.get_native_id()
-    return {t.native_id for t in threading.enumerate() if t.native_id is not None and t.native_id != me}
-
-
 def _own_runnable() -> int:
-    """This process's compute threads runnable now (its host threads are neighbours: `host_threads`)."""
-    own, host = 0, host_threads()
+    own = 0
     for task in os.scandir("/proc/self/task"):
-        if task.name.isdigit() and int(task.name) in host:
-            continue
         with contextlib.suppress(OSError):  # a thread that ended between the listing and the read
             with open(f"{task.path}/stat", "rb") as f:
                 stat = f.read()
@@ -108,59 +90,41 @@ def _own_runnable() -> int:
     return own
 
 
-def _cpu_ticks(stat_path: str) -> int:
-    """utime + stime of a /proc stat file (a process's or one thread's), in clock ticks."""
-    with open(stat_path, "rb") as f:
-        stat = f.read()
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return int(fields[11]) + int(fields[12])
-
-
 class NeighbourLoad:
-    """Cores the neighbours used since the last call: the machine's busy CPU time (/proc/stat) minus this
-    process's compute threads' (/proc/self/stat less its host threads', each /proc/self/task/N/stat: see
-    `host_threads`), over the wall time between the calls; None on the first call or where /proc is missing.
+    """Cores the other processes used since the last call: the machine's busy CPU time (/proc/stat) minus this
+    process's own (/proc/self/stat), over the wall time between the calls; None on the first call or where
+    /proc is missing.
 
     A time average, not a look at the run queue: a process that runs briefly after each of our steps (a
     streaming client reading its token) is runnable at exactly the moments a per-step sample would look, and
     would read as a busy neighbour though it uses a tenth of a core.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 hosts: Callable[[], set[int]] = host_threads) -> None:
-        self._clock, self._hosts_now = clock, hosts
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._last: tuple[float, int, int] | None = None
-        self._hosts: dict[int, int] = {}  # host thread -> its CPU ticks at the last call
 
     def _read(self) -> tuple[int, int] | None:
         try:
             with open("/proc/stat", "rb") as f:
                 cpu = f.readline().split()
             busy = sum(int(x) for i, x in enumerate(cpu[1:9]) if i not in (3, 4))  # all but idle and iowait
-            return busy, _cpu_ticks("/proc/self/stat")
+            with open("/proc/self/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rfind(b")") + 2:].split()
+            return busy, int(fields[11]) + int(fields[12])  # utime + stime
         except (OSError, ValueError, IndexError):
             return None
-
-    def _host_ticks(self) -> int:
-        """CPU ticks the host threads used since the last call (a thread new since then: all of its own)."""
-        seen: dict[int, int] = {}
-        for tid in self._hosts_now():
-            with contextlib.suppress(OSError, ValueError, IndexError):  # a thread that ended meanwhile
-                seen[tid] = _cpu_ticks(f"/proc/self/task/{tid}/stat")
-        used = sum(t - self._hosts.get(tid, 0) for tid, t in seen.items())
-        self._hosts = seen
-        return max(0, used)
 
     def __call__(self) -> float | None:
         now, got = self._clock(), self._read()
         if got is None:
             return None
-        hosts = self._host_ticks()
         last, self._last = self._last, (now, got[0], got[1])
         if last is None or now <= last[0]:
             return None
-        others = (got[0] - last[1]) - (got[1] - last[2]) + hosts
+        others = (got[0] - last[1]) - (got[1] - last[2])
         return max(0.0, others / self._hz / (now - last[0]))
 
 
