@@ -214,6 +214,7 @@ def table(workload: str, runs: dict[tuple[str, int], list[Stats]], kinds: list[s
 
 
 def main() -> None:
+    global CONVERSATIONS_PER_CLIENT, TURNS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", default="1,16")
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -229,7 +230,6 @@ def main() -> None:
     ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
     ap.add_argument("--write", action="store_true", help=f"replace docs/benchmarks.md's '{HEADING[3:]}'")
     args = ap.parse_args()
-    global CONVERSATIONS_PER_CLIENT, TURNS
     CONVERSATIONS_PER_CLIENT, TURNS = args.conversations_per_client, args.turns
     levels = [int(x) for x in args.levels.split(",")]
     kinds = args.servers.split(",")
