@@ -1,9 +1,9 @@
 """Every (type, code) pair the source can put in an error envelope, read from the syntax tree of src/sluicegate.
 
 Written by hand over `ast` (no library reads data flow this narrowly). What it follows, literals only:
-- `ApiError(type, message, param, code)` calls: a literal, a conditional of literals (`"a" if x else "b"`), an
-  `or` with a literal (`exc.code or "x"`), a local assigned from those or from a module-level dict's
-  `.get(key, default)` (the dict's values and the default);
+- `ApiError(type, message, param, code)` and `Rejected(...)` (sluicegate/refusal.py, the same fields) calls: a
+  literal, a conditional of literals (`"a" if x else "b"`), an `or` with a literal (`exc.code or "x"`), a local
+  assigned from those or from a module-level dict's `.get(key, default)` (the dict's values and the default);
 - a `code` (or `type`) that is a parameter of the enclosing function: the literals its callers pass (in the same
   module, or a module that imports it by name), and its default;
 - a carrier class (an exception or dataclass with a `code` or `type` field, e.g. `Refusal`, `UnsafeUrl`,
@@ -31,7 +31,7 @@ ATTRIBUTES = {
     ("serving/core.py", "exc.code"): "EngineOverloaded",
     ("serving/core.py", "out.error_type"): "UpstreamFailure",
 }
-CALL = "ApiError"
+CALLS = ("ApiError", "Rejected")  # the error types themselves: what they are given is emitted
 
 
 @dataclass
@@ -161,7 +161,7 @@ def _carriers(mods: list[_Module]) -> dict[str, dict[str, set[str | None]]]:
                 anns = [n for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
                 names = [n.target.id for n in anns if isinstance(n.target, ast.Name)]
                 defaults = {n.target.id: n.value for n in anns if isinstance(n.target, ast.Name)}
-            if ("code" in names or "type" in names) and node.name != CALL:
+            if ("code" in names or "type" in names) and node.name not in CALLS:
                 shapes[node.name] = (m.name, names, defaults)
     out: dict[str, dict[str, set[str | None]]] = defaultdict(lambda: defaultdict(set))
     for cls, (_, names, defaults) in shapes.items():
@@ -197,7 +197,7 @@ def scan() -> Scan:
                             assigns[t.id].append(n.value)
             values = _Values(m, assigns, _params(fn))
             for n in own:
-                if isinstance(n, ast.Call) and _callee(n) == CALL:
+                if isinstance(n, ast.Call) and _callee(n) in CALLS:
                     _record(result, m, fn, n, values, carriers, pending)
                 if isinstance(n, ast.Dict):
                     keys = {k.value: v for k, v in zip(n.keys, n.values, strict=True) if isinstance(k, ast.Constant)}

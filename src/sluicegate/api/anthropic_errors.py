@@ -33,10 +33,11 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sluicegate.api.envelope import envelope
+from sluicegate.api.envelope import envelope, http_status
 from sluicegate.api.middleware.request_context import context_of
+from sluicegate.errorcatalog import STATUS
+from sluicegate.refusal import Rejected
 from sluicegate.registry import Dialect, route_for
-from sluicegate.serving.errors import STATUS, ApiError
 
 _BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
@@ -65,9 +66,9 @@ def _shape(status: int, error: dict[str, Any], request_id: str) -> tuple[int, di
     return new_status, body
 
 
-def anthropic_envelope(exc: ApiError, request_id: str) -> dict[str, Any]:
+def anthropic_envelope(exc: Rejected, request_id: str) -> dict[str, Any]:
     """The body of an error event in a stream (also counts it, as every envelope is)."""
-    return _shape(exc.status, envelope(exc, request_id)["error"], request_id)[1]
+    return _shape(http_status(exc), envelope(exc, request_id)["error"], request_id)[1]
 
 
 class AnthropicErrors:

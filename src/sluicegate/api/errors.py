@@ -16,14 +16,15 @@ from sluicegate.api.envelope import INTERNAL, error_response
 from sluicegate.api.middleware.body_limit import BodyTooLarge
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.validation import error_from_details, validation_error
+from sluicegate.refusal import Rejected
 from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.errors")
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ApiError)
+    async def on_refused(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, Rejected)  # an ApiError, or a refusal from a layer with no HTTP in it
         return error_response(exc, context_of(request.scope).request_id)
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
@@ -47,7 +48,7 @@ def install_error_handlers(app: FastAPI) -> None:
         err = error_from_details(exc.errors(), strip=("body", "query", "path", "header"))
         return error_response(err, rid)
 
-    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(Rejected, on_refused)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
 

@@ -16,33 +16,32 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from sluicegate.api.envelope import envelope
-from sluicegate.serving.errors import ApiError
+from sluicegate.api.envelope import envelope, http_headers, http_status
+from sluicegate.refusal import Rejected
 
 
-def openai_view(exc: ApiError) -> tuple[int, str, str | None]:
+def openai_view(exc: Rejected) -> tuple[int, str, str | None]:
     """(status, type, code) of an error as the OpenAI-compatible routes render it."""
     if exc.type == "model_not_found":
         return 404, "invalid_request_error", "model_not_found"
     if exc.type == "not_found":  # a stored object (a response) this key does not have, as OpenAI answers it
         return 404, "invalid_request_error", exc.code or "not_found"
-    if exc.status in (400, 422):
+    status = http_status(exc)
+    if status in (400, 422):
         return (
             400,
             "invalid_request_error",
             (exc.code or exc.type) if exc.type == "invalid_request" else exc.type,
         )
-    return exc.status, exc.type, exc.code
+    return status, exc.type, exc.code
 
 
-def openai_envelope(exc: ApiError, request_id: str) -> dict[str, Any]:
+def openai_envelope(exc: Rejected, request_id: str) -> dict[str, Any]:
     body: dict[str, Any] = envelope(exc, request_id)
     _, body["error"]["type"], body["error"]["code"] = openai_view(exc)
     return body
 
 
-def openai_error_response(exc: ApiError, request_id: str) -> JSONResponse:
-    headers = dict(exc.headers)
-    if exc.retry_after is not None:
-        headers["Retry-After"] = str(exc.retry_after)
-    return JSONResponse(openai_envelope(exc, request_id), status_code=openai_view(exc)[0], headers=headers)
+def openai_error_response(exc: Rejected, request_id: str) -> JSONResponse:
+    return JSONResponse(openai_envelope(exc, request_id), status_code=openai_view(exc)[0],
+                        headers=http_headers(exc))
