@@ -12,8 +12,8 @@ from sluicegate.jobs.files import FileStore, LineSplitter
 from sluicegate.jobs.intake import LINE_DEPTH, PAGE, Intake, TooManyItems
 from sluicegate.jobs.limits import check_concurrency, check_tokens, too_many_items
 from sluicegate.jobs.store import JobStore, OverLimit
+from sluicegate.refusal import Rejected
 from sluicegate.registry import Shape, batch_targets
-from sluicegate.serving.errors import ApiError
 from sluicegate.serving.strict_json import parse_json
 
 WINDOW_S = {"24h": 24 * 3600.0}
@@ -24,7 +24,7 @@ SEED_WINDOW = "24h"
 def create_openai(jobs: JobStore, files: FileStore, cfg: JobsConfig, estimate_new: int, *, key_id: str | None,
                   input_file_id: str, endpoint: str, window: str, meta: dict[str, str] | None) -> str:
     """Validate the whole input file (streamed) and queue its requests; a bad input fails the job (OpenAI's
-    rule), a per-key limit refuses it (ApiError, and no job remains). Synchronous: call it in a thread."""
+    rule), a per-key limit refuses it (Rejected, and no job remains). Synchronous: call it in a thread."""
     job_id = new_job(jobs, cfg, key_id=key_id, shape="openai", endpoint=endpoint, window_s=WINDOW_S[window],
                      window=window, input_file_id=input_file_id, meta=meta)
     intake = Intake(jobs, job_id, cfg.max_items_per_job, estimate_new)
@@ -146,6 +146,6 @@ class SeedJob:
 def parse_list(raw: bytes) -> list[Any]:
     data = parse_json(raw, LINE_DEPTH)  # the list around each request: a request nests as deep as a body
     if not isinstance(data, list):
-        raise ApiError("invalid_request", "the body must be a JSON list of prediction requests (or JSONL, one a "
+        raise Rejected("invalid_request", "the body must be a JSON list of prediction requests (or JSONL, one a "
                        "line, as application/jsonl)", code="wrong_type")
     return data

@@ -17,8 +17,8 @@ from typing import Any
 from sluicegate.jobs import states as S
 from sluicegate.jobs.files import MAX_LINE
 from sluicegate.jobs.store import JobStore
+from sluicegate.refusal import Rejected
 from sluicegate.serving import predictions
-from sluicegate.serving.errors import ApiError
 from sluicegate.serving.strict_json import MAX_DEPTH, parse_json
 
 LINE_DEPTH = MAX_DEPTH + 1  # an OpenAI line's envelope around its body: the body nests as deep as a request's
@@ -83,7 +83,7 @@ class Intake:
             return
         try:
             obj = parse_json(raw, LINE_DEPTH)  # a request body's rules: depth, numbers, keys, Unicode
-        except ApiError as exc:
+        except Rejected as exc:
             why = "" if exc.code == "syntax_error" else f": {_on_line(exc.message)}"
             return self._error(line, "invalid_json_line", f"This line is not parseable as valid JSON{why}.")
         if not isinstance(obj, dict):
@@ -136,7 +136,7 @@ class Intake:
             return
         try:
             obj = parse_json(raw)  # a request body's rules: depth, numbers, keys, Unicode
-        except ApiError as exc:
+        except Rejected as exc:
             code, message = (("invalid_json_line", "this line is not valid JSON") if exc.code == "syntax_error"
                              else (exc.code or "invalid_json_line", _on_line(exc.message)))
             self._add({"line": line, "state": S.ITEM_FAILED, "status_code": 400, "result_writes": 1,
@@ -155,6 +155,6 @@ def _seed_problem(obj: Any) -> tuple[str, str] | None:
     is this line's error record, with the error's code and message."""
     try:
         predictions.parse(obj)
-    except ApiError as exc:
+    except Rejected as exc:
         return exc.code or exc.type, exc.message
     return None

@@ -27,6 +27,7 @@ from sluicegate.protocol.batches import (
     BatchPredictionResults,
     Progress,
 )
+from sluicegate.refusal import Rejected
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.store.models import BatchItem
@@ -125,7 +126,7 @@ async def create(request: Request) -> Response:
         else:
             raise ApiError("unsupported_media_type", "send a JSON list (application/json) or JSONL "
                            "(application/jsonl)", code="wrong_content_type")
-    except ApiError as exc:
+    except Rejected as exc:  # the serving layer's ApiError, or a job limit's or the body's refusal
         return error_response(exc, ctx.request_id)
     state.batch.wake()
     out = seed_object(await _view(state, job_id, ctx.key_id)).model_copy(update={"status": "queued"})

@@ -20,6 +20,7 @@ from sluicegate.api.state import AppState, app_state
 from sluicegate.jobs.create import create_openai
 from sluicegate.jobs.store import JobView
 from sluicegate.protocol.batches import BatchCreateRequest, BatchErrors, BatchList, BatchObject, RequestCounts
+from sluicegate.refusal import Rejected
 from sluicegate.serving.errors import ApiError
 
 router = APIRouter(tags=["batch"])
@@ -67,7 +68,7 @@ async def create_batch(request: Request) -> Response:
             await asyncio.to_thread(state.batch.announce, view.job, "failed")
         state.batch.wake()
         return json_reply(batch_object(view), ctx)
-    except ApiError as exc:
+    except Rejected as exc:  # the serving layer's ApiError, or a job limit's refusal
         return openai_error_response(exc, ctx.request_id)
 
 
