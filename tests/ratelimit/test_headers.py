@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from sluicegate.api.ratelimit_errors import refusal_error, unavailable_error
 from sluicegate.serving.errors import STATUS
 from sluicegate.tenancy.ratelimit import (
     BucketState,
@@ -13,8 +14,6 @@ from sluicegate.tenancy.ratelimit import (
     Outcome,
     go_duration,
     rate_limit_headers,
-    refusal_error,
-    unavailable_error,
 )
 from sluicegate.tenancy.ratelimit.bucket import TokenLimit, decision_of, state_of
 from sluicegate.tenancy.ratelimit.headers import ceil_ms, ceil_seconds

@@ -2,8 +2,8 @@
 monthly token budget (budget.py), rate limits (ratelimit/: token buckets in-process or on Redis) and idempotency
 keys (idempotency.py, with the claims on SQLite and Postgres in sqlite_claims.py and pg_claims.py).
 
-Below `api/`, above `store/`; it never imports `api/`. One known exception to "no HTTP here": the rate limiter's
-refusal is raised as `serving.errors.ApiError` (docs/architecture.md, "Known debt").
+Below `api/`, above `store/`; it never imports `api/` or `serving/`. A refusal is a `sluicegate.refusal.Rejected`
+(no HTTP in it); the rate limiter's headers are rendered in ratelimit/headers.py, and api/ sends them.
 """
 
 from sluicegate.tenancy.key_cache import KeyCache

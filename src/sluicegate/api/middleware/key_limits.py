@@ -28,9 +28,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.auth import api_key_of
 from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.ratelimit_errors import unavailable_error
 from sluicegate.registry import route_for
 from sluicegate.serving.errors import ApiError
-from sluicegate.tenancy.ratelimit import Decision, Outcome, RateLimiterUnavailable, TokenLimit, unavailable_error
+from sluicegate.tenancy.ratelimit import Decision, Outcome, RateLimiterUnavailable, TokenLimit
 from sluicegate.tenancy.ratelimit.headers import ceil_ms, ceil_seconds, go_duration
 
 if TYPE_CHECKING:

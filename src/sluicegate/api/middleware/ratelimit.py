@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluicegate.api.middleware.auth import api_key_of
 from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.ratelimit_errors import refusal_error, unavailable_error
 from sluicegate.serving.context import TokenUsage
 from sluicegate.serving.errors import ApiError
 from sluicegate.tenancy.budget import BudgetDecision, MonthlyBudgets
@@ -35,9 +36,7 @@ from sluicegate.tenancy.ratelimit import (
     RateLimiterUnavailable,
     TokenLimit,
     rate_limit_headers,
-    refusal_error,
     resolve_limit,
-    unavailable_error,
 )
 
 if TYPE_CHECKING:

@@ -9,8 +9,9 @@ from sluicegate.tenancy.ratelimit.bucket import BucketState, Decision, Outcome, 
 from sluicegate.tenancy.ratelimit.headers import (
     go_duration,
     rate_limit_headers,
-    refusal_error,
-    unavailable_error,
+    refusal_headers,
+    refused,
+    unavailable,
 )
 from sluicegate.tenancy.ratelimit.limiter import (
     FailOpen,
@@ -36,7 +37,8 @@ __all__ = [
     "build_rate_limiter",
     "go_duration",
     "rate_limit_headers",
-    "refusal_error",
+    "refusal_headers",
+    "refused",
     "resolve_limit",
-    "unavailable_error",
+    "unavailable",
 ]

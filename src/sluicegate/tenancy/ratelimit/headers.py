@@ -1,4 +1,4 @@
-"""Rendering a limiter's answer over HTTP: the rate-limit headers and the refusal errors. Pure functions.
+"""Rendering a limiter's answer over HTTP: the rate-limit headers and the refusals. Pure functions.
 
 Every response of a limited key carries (names are case-insensitive; OpenAI's lowercase forms are the same):
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from sluicegate.serving.errors import ApiError
+from sluicegate.refusal import Rejected
 from sluicegate.tenancy.ratelimit.bucket import BucketState, Decision, Outcome
 
 _TOLERANCE_S = 1e-9  # float noise in a computed wait must not round a whole second (or millisecond) up
@@ -74,13 +74,13 @@ def _secs(seconds: float) -> str:
     return f"{seconds:.3f}".rstrip("0").rstrip(".") + " s"
 
 
-def refusal_error(decision: Decision, param: str | None = None) -> ApiError:
-    """The ApiError for a refused decision: 429 `rate_limit_exceeded` or 413 `request_exceeds_capacity`.
+def refused(decision: Decision, param: str | None = None) -> Rejected:
+    """The refusal of a refused decision: 429 `rate_limit_exceeded` (with the wait as its retry hint) or 413
+    `request_exceeds_capacity`; `refusal_headers` gives the headers it is sent with.
 
     `param` names the request's new-token field (`max_tokens`, `max_new_tokens`), which is what a client
     lowers to fit the capacity; it is only set on the 413. Raises ValueError for an admitted decision.
     """
-    headers = rate_limit_headers(decision)
     if decision.outcome is Outcome.LIMITED:
         assert decision.retry_after_s is not None
         wait = decision.retry_after_s
@@ -89,18 +89,15 @@ def refusal_error(decision: Decision, param: str | None = None) -> ApiError:
             if decision.debt
             else f"the key has {decision.remaining} of its {decision.limit} tokens left"
         )
-        headers["retry-after-ms"] = str(max(1, ceil_ms(wait)))
-        return ApiError(
+        return Rejected(
             "rate_limit_exceeded",
             f"this request may cost {_tokens(decision.cost)} (prompt plus new tokens); {owed}; "
             f"it fits in {_secs(wait)}",
             code="tokens",
             retry_after=max(1, ceil_seconds(wait)),
-            headers=headers,
         )
     if decision.outcome is Outcome.TOO_LARGE:
-        headers["x-should-retry"] = "false"
-        return ApiError(
+        return Rejected(
             "request_exceeds_capacity",
             f"this request may cost {_tokens(decision.cost)} (prompt plus new tokens); the key's capacity is "
             f"{decision.limit}, so it can never be admitted: ask for fewer new tokens or send a shorter prompt"
@@ -108,14 +105,25 @@ def refusal_error(decision: Decision, param: str | None = None) -> ApiError:
                "context window, and is priced so: set one)"),
             param=param,
             code="tokens",
-            headers=headers,
         )
     raise ValueError(f"a {decision.outcome.value} decision is not a refusal")
 
 
-def unavailable_error(retry_after_s: int = 1) -> ApiError:
+def refusal_headers(decision: Decision) -> dict[str, str]:
+    """The headers a refused decision is sent with: the bucket's, and `retry-after-ms` (429) or
+    `x-should-retry: false` (413). `Retry-After` is the refusal's own retry hint, rendered with the envelope."""
+    headers = rate_limit_headers(decision)
+    if decision.outcome is Outcome.LIMITED:
+        assert decision.retry_after_s is not None
+        headers["retry-after-ms"] = str(max(1, ceil_ms(decision.retry_after_s)))
+    elif decision.outcome is Outcome.TOO_LARGE:
+        headers["x-should-retry"] = "false"
+    return headers
+
+
+def unavailable(retry_after_s: int = 1) -> Rejected:
     """503 `rate_limiter_unavailable`: the shared limiter did not answer and the server fails closed."""
-    return ApiError(
+    return Rejected(
         "rate_limiter_unavailable",
         "the rate limiter is unavailable, so no request can be admitted; retry shortly",
         retry_after=retry_after_s,
