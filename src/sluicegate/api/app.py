@@ -42,7 +42,6 @@ from sluicegate.api.routes import (
     webhooks,
 )
 from sluicegate.api.state import AppState, RunnerFactory
-from sluicegate.api.upstreams import TokenizerFactory
 from sluicegate.config import Config
 from sluicegate.errorcatalog import set_docs_base
 from sluicegate.protocol.admin_keys import KeyCreate, KeyUpdate
@@ -56,6 +55,7 @@ from sluicegate.protocol.predictions import PredictionRequest
 from sluicegate.protocol.tokenize import DetokenizeRequest, TokenizeRequest
 from sluicegate.protocol.webhooks import WebhookEndpointCreate
 from sluicegate.store.db import Store
+from sluicegate.upstream import TokenizerFactory
 
 REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest, CompletionRequest,
                                          PredictionRequest, WebhookEndpointCreate, BatchCreateRequest,
@@ -67,7 +67,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
                tokenizers: TokenizerFactory | None = None) -> FastAPI:
     """The app. `store` holds the API keys and the usage ledger (the caller opens, migrates and closes it);
     None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document). `tokenizers`
-    gives an upstream model's own tokenizer by name (None: the local model's, api/upstreams.py)."""
+    gives an upstream model's own tokenizer by name (None: the local model's, upstream/load.py)."""
     set_docs_base(config.error_docs_url)  # every envelope's docs_url, for this process (errorcatalog/)
     state = AppState(config, factory) if store is None else AppState(config, factory, store)
     state.tokenizers = tokenizers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import secrets
@@ -17,7 +18,6 @@ from starlette.requests import HTTPConnection
 
 from sluicegate.api.drain import Drain
 from sluicegate.api.jobs_runtime import JobsRuntime
-from sluicegate.api.upstreams import TokenizerFactory, load_upstreams
 from sluicegate.backends.base import ModelRunner
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
@@ -33,7 +33,14 @@ from sluicegate.tenancy.key_cache import KeyCache
 from sluicegate.tenancy.ratelimit import RateLimiter, build_concurrency_limiter, build_rate_limiter
 from sluicegate.tenancy.ratelimit.concurrency import ConcurrencyLimiter
 from sluicegate.tenancy.usage import UsageLedger
-from sluicegate.upstream import AsyncUpstream, UpstreamRefused, new_http_client
+from sluicegate.upstream import (
+    AsyncUpstream,
+    Probed,
+    TokenizerFactory,
+    UpstreamRefused,
+    load_upstreams,
+    new_http_client,
+)
 from sluicegate.webhooks import Webhooks
 
 log = logging.getLogger("sluicegate")
@@ -127,7 +134,7 @@ class AppState:
         await self.limiter.close()
 
     async def load(self) -> None:
-        """Load the local model, then probe the upstreams (api/upstreams.py); health answers meanwhile and
+        """Load the local model, then probe the upstreams (upstream/load.py); health answers meanwhile and
         readiness says 503 until every model can serve."""
         self.load_started = time.monotonic()
         if self.config.upstream.local_model:
@@ -157,14 +164,15 @@ class AppState:
         self.batch.start(self.served, slots)
 
     async def _load_upstreams(self, http: httpx.AsyncClient) -> dict[str, ServedModel] | None:
-        """Probe the upstreams until they pass (api/upstreams.py). One that may yet come up (not reachable, 5xx)
+        """Probe the upstreams until they pass (upstream/load.py). One that may yet come up (not reachable, 5xx)
         is checked again after 1 s, doubling to `UPSTREAM_RETRY_MAX_S`, with /readyz saying which and why
         (`upstream_wait`); one that answered what can never work (it does not serve the model, refuses the key,
         disagrees on the tokenizer) ends the server: None, `fatal` set and `shutdown` called."""
         delay = UPSTREAM_RETRY_FIRST_S
         while True:
             try:
-                return await load_upstreams(self.config, http, self.tokenizers or self._local_tokenizer)
+                found = await load_upstreams(self.config.upstream, http, self.tokenizers or self._local_tokenizer)
+                return {name: await self._served_upstream(p) for name, p in found.items()}
             except (UpstreamRefused, OSError, ValueError) as exc:
                 why = _no_userinfo(str(exc))  # the operator's message (URLs without credentials): never a client's
                 if getattr(exc, "permanent", True):
@@ -181,6 +189,13 @@ class AppState:
                 await asyncio.wait_for(self._stop_loading.wait(), delay)
                 return None  # shutting down
             delay = min(delay * 2, UPSTREAM_RETRY_MAX_S)
+
+    async def _served_upstream(self, p: Probed) -> ServedModel:
+        """An upstream model served as the local one is: its budget from the tokenizer, its window the upstream's."""
+        budget = await asyncio.to_thread(Budget.for_runner, p.runner, self.config.limits)
+        return ServedModel(p.runner, p.client, dataclasses.replace(budget, n_ctx=p.n_ctx),
+                           identity_override=p.identity, token_ids=p.token_ids,
+                           limits_override=dataclasses.replace(p.runner.limits, n_ctx=p.n_ctx))
 
     def stop_loading(self) -> None:
         """Shutting down: an upstream still being waited for is not checked again."""

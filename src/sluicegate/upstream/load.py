@@ -1,24 +1,36 @@
-"""Build the served models of `serve --upstream`: probe each URL (upstream/startup.py), then one
-ServedModel per name with the configured identity, the upstream's window and its tokenizer."""
+"""The upstream models of `serve --upstream`: probe each URL (startup.py), then one client per name with the
+configured identity, the smallest window of its URLs and the model's own tokenizer. The served models are
+built from them in api/state.py, as the local one is."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 
 from sluicegate.backends.base import ModelIdentity, ModelRunner
-from sluicegate.config import Config, UpstreamModel
-from sluicegate.serving.budget import Budget
-from sluicegate.serving.models import ServedModel
-from sluicegate.upstream import AsyncUpstream, Endpoint, UpstreamRefused, probe
+from sluicegate.config import UpstreamConfig, UpstreamModel
+from sluicegate.upstream.client import AsyncUpstream
+from sluicegate.upstream.pool import Endpoint
+from sluicegate.upstream.startup import UpstreamRefused, probe
 
 log = logging.getLogger("sluicegate")
 
 TokenizerFactory = Callable[[str], ModelRunner]  # served name -> the model's own tokenizer (off the loop)
+
+
+@dataclass(frozen=True, slots=True)
+class Probed:
+    """One upstream model that passed its start-up checks on every URL."""
+
+    client: AsyncUpstream
+    runner: ModelRunner  # the model's own tokenizer
+    identity: ModelIdentity  # the configured one (--upstream-model)
+    n_ctx: int  # the smallest window of its URLs
+    token_ids: bool  # every URL returns token ids
 
 
 async def discover_name(http: httpx.AsyncClient, url: str, api_key: str | None) -> str:
@@ -37,10 +49,9 @@ async def discover_name(http: httpx.AsyncClient, url: str, api_key: str | None) 
     return first
 
 
-async def load_upstreams(config: Config, http: httpx.AsyncClient,
-                         tokenizer_for: TokenizerFactory) -> dict[str, ServedModel]:
+async def load_upstreams(cfg: UpstreamConfig, http: httpx.AsyncClient,
+                         tokenizer_for: TokenizerFactory) -> dict[str, Probed]:
     """Every configured upstream model; UpstreamRefused (the operator's message) when one cannot serve."""
-    cfg = config.upstream
     endpoints: dict[str, Endpoint] = {}  # one per URL: a URL's breaker is shared by the names it serves
     by_name: dict[str, list[Endpoint]] = {}
     for t in cfg.targets:
@@ -48,7 +59,7 @@ async def load_upstreams(config: Config, http: httpx.AsyncClient,
         ep = endpoints.setdefault(url, Endpoint(url, cfg.breaker_failures, cfg.breaker_open_s))
         by_name.setdefault(t.name or await discover_name(http, url, cfg.api_key), []).append(ep)
     meta = {m.name: m for m in cfg.models}
-    out: dict[str, ServedModel] = {}
+    out: dict[str, Probed] = {}
     for name, eps in by_name.items():
         runner = await asyncio.to_thread(tokenizer_for, name)
         try:
@@ -58,13 +69,8 @@ async def load_upstreams(config: Config, http: httpx.AsyncClient,
         n_ctx = min(r.n_ctx for r in results)
         token_ids = all(r.token_ids for r in results)
         m = meta.get(name) or UpstreamModel(name)
-        identity = ModelIdentity(name, m.version, m.digest or "unknown")
-        budget = await asyncio.to_thread(Budget.for_runner, runner, config.limits)
-        out[name] = ServedModel(
-            runner, AsyncUpstream(name, eps, http, cfg, token_ids=token_ids, eos_ids=runner.limits.eos_ids),
-            dataclasses.replace(budget, n_ctx=n_ctx), identity_override=identity, token_ids=token_ids,
-            limits_override=dataclasses.replace(runner.limits, n_ctx=n_ctx),
-        )
+        client = AsyncUpstream(name, eps, http, cfg, token_ids=token_ids, eos_ids=runner.limits.eos_ids)
+        out[name] = Probed(client, runner, ModelIdentity(name, m.version, m.digest or "unknown"), n_ctx, token_ids)
         log.info("upstream %s@%s via %s: window %d, /tokenize %s, token ids %s", name, m.version,
                  ", ".join(e.url for e in eps), n_ctx, "agrees" if all(r.tokenize for r in results) else "absent",
                  "returned" if token_ids else "not returned (/v1/generate refuses this model)")
