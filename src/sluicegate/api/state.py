@@ -24,7 +24,7 @@ from sluicegate.engine import AsyncEngine, Engine
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.constraints import build_vocabulary
 from sluicegate.serving.errors import ApiError
-from sluicegate.serving.models import ServedModel
+from sluicegate.serving.models import Lifted, ServedModel
 from sluicegate.store.db import Store, in_memory
 from sluicegate.store.notify import JOBS, WEBHOOKS, Listener
 from sluicegate.tenancy.budget import MonthlyBudgets
@@ -193,7 +193,7 @@ class AppState:
     async def _served_upstream(self, p: Probed) -> ServedModel:
         """An upstream model served as the local one is: its budget from the tokenizer, its window the upstream's."""
         budget = await asyncio.to_thread(Budget.for_runner, p.runner, self.config.limits)
-        return ServedModel(p.runner, p.client, dataclasses.replace(budget, n_ctx=p.n_ctx),
+        return ServedModel(p.runner, Lifted(p.client), dataclasses.replace(budget, n_ctx=p.n_ctx),
                            identity_override=p.identity, token_ids=p.token_ids,
                            limits_override=dataclasses.replace(p.runner.limits, n_ctx=p.n_ctx))
 
@@ -243,8 +243,9 @@ class AppState:
     async def close(self) -> None:
         await self.batch.stop()  # leases handed back before the engine stops
         for m in self.models.values():
-            if isinstance(m.engine, AsyncUpstream):
-                await m.engine.close()
+            client = m.engine.client if isinstance(m.engine, Lifted) else m.engine
+            if isinstance(client, AsyncUpstream):
+                await client.close()
         if self.http is not None:
             await self.http.aclose()
         if self.engine is not None:

@@ -26,7 +26,7 @@ import httpx
 from sluicegate.config import UpstreamConfig
 from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput, Timing
-from sluicegate.serving.errors import ApiError
+from sluicegate.refusal import Rejected
 from sluicegate.telemetry import tracing
 from sluicegate.upstream.outputs import Sink, drain, end, refuse_unsupported
 from sluicegate.upstream.pool import Endpoint, pick, soonest_retry
@@ -80,7 +80,7 @@ class AsyncUpstream:
             if req.params.seed is None and not req.params.greedy:
                 req.params = dataclasses.replace(req.params, seed=random.getrandbits(63))
         if pick(self.endpoints) is None:
-            raise ApiError("upstream_unavailable", f"every upstream of model {self.name} is failing",
+            raise Rejected("upstream_unavailable", f"every upstream of model {self.name} is failing",
                            retry_after=soonest_retry(self.endpoints), code="circuit_open")
         collector = OutputCollector(len(requests))
         for i, req in enumerate(requests):

@@ -7,7 +7,7 @@ import httpx
 
 from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import EngineRequest, FinishReason, RequestOutput
-from sluicegate.serving.errors import ApiError
+from sluicegate.refusal import Rejected
 from sluicegate.upstream.wire import UpstreamFailure
 
 MAX_ERROR_BODY = 4096  # bytes of an upstream's error answer read (and dropped) before the connection is reused
@@ -20,16 +20,16 @@ def refuse_unsupported(name: str, req: EngineRequest, token_ids: bool) -> None:
     onto our vocabulary exactly; an upstream that returns no token ids (llama-server) names them by text, which
     cannot be mapped back, so they are refused for it rather than guessed."""
     if req.params.logprobs is not None and not token_ids:
-        raise ApiError("invalid_request", f"model {name} is served by an upstream engine that does not return "
+        raise Rejected("invalid_request", f"model {name} is served by an upstream engine that does not return "
                        "token ids, so its logprobs cannot be mapped to tokens here; logprobs are not available "
                        "for it", param="logprobs", code="unsupported_for_model")
     if req.constraint is not None and getattr(req.constraint, "schema", None) is None:
         param = getattr(req.constraint, "refusal_param", "response_format")
-        raise ApiError("invalid_request", f"model {name} is served by an upstream engine, which cannot be sent "
+        raise Rejected("invalid_request", f"model {name} is served by an upstream engine, which cannot be sent "
                        f"the grammar this {param} needs; it is not available for this model", param=param,
                        code="unsupported_for_model")
     if req.constraint is not None and not token_ids:
-        raise ApiError("invalid_request", f"model {name} is served by an upstream engine that does not return "
+        raise Rejected("invalid_request", f"model {name} is served by an upstream engine that does not return "
                        "token ids, so its JSON output cannot be checked here; constrained decoding "
                        "(response_format, tool calls) is not available for it", param="response_format",
                        code="unsupported_for_model")
