@@ -16,11 +16,12 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.requests import HTTPConnection
 
+from sluicegate.api.batch_items import handlers
 from sluicegate.api.drain import Drain
-from sluicegate.api.jobs_runtime import JobsRuntime
 from sluicegate.backends.base import ModelRunner
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
+from sluicegate.jobs.runtime import JobsRuntime
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.constraints import build_vocabulary
 from sluicegate.serving.errors import ApiError
@@ -161,7 +162,7 @@ class AppState:
         # batch work runs wherever a model is served, local or upstream only (an upstream engine's own slots
         # are not known here: 4 items at once unless --batch-worker-slots says)
         slots = self.model.runner.limits.n_slots if self.model is not None else UPSTREAM_ENGINE_SLOTS
-        self.batch.start(self.served, slots)
+        self.batch.start(handlers(self.served), slots)
 
     async def _load_upstreams(self, http: httpx.AsyncClient) -> dict[str, ServedModel] | None:
         """Probe the upstreams until they pass (upstream/load.py). One that may yet come up (not reachable, 5xx)

@@ -1,17 +1,20 @@
-"""The batch system of one process: the job and file stores, and the worker once the model has loaded."""
+"""The batch system of one process: the job and file stores, and the worker once the model has loaded.
+
+The worker runs each item through its route's handler (api/batch_items.py builds them, from the surfaces'
+adapters); the app hands them in when it starts the worker, so nothing here imports the HTTP layer."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 
-from sluicegate.api.batch_items import Served, handlers
 from sluicegate.config import JobsConfig
 from sluicegate.jobs.files import FileStore
 from sluicegate.jobs.output import render_files
 from sluicegate.jobs.states import EVENTS
 from sluicegate.jobs.store import JobStore
-from sluicegate.jobs.worker import Outcome, Worker
+from sluicegate.jobs.worker import Handler, Outcome, Worker
 from sluicegate.registry import jobs_route
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchJob
@@ -31,9 +34,9 @@ class JobsRuntime:
         self.webhooks = webhooks
         self._prune: asyncio.Task[None] | None = None
 
-    def start(self, served: Served, engine_slots: int) -> None:
+    def start(self, handlers: Mapping[str, Handler], engine_slots: int) -> None:
         """Start this process's worker (on the serving loop, once every served model, local or upstream, can
-        serve); `served(name)` resolves the model an item names, as the routes do."""
+        serve); `handlers`: each route's item handler, by its path (api/batch_items.py)."""
         c = self.config
         slots = c.worker_slots if c.worker_slots is not None else max(1, engine_slots // 4)
         output_ttl = c.output_ttl_hours * 3600
@@ -41,7 +44,7 @@ class JobsRuntime:
         def finalize(job: BatchJob) -> tuple[str | None, str | None]:
             return render_files(self.jobs, self.files, job, output_ttl)
 
-        self.worker = Worker(self.jobs, handlers(served), slots=slots, lease_s=c.lease_s, poll_s=c.poll_s,
+        self.worker = Worker(self.jobs, handlers, slots=slots, lease_s=c.lease_s, poll_s=c.poll_s,
                              finalizer=finalize, on_usage=self._usage, on_final=self.announce,
                              validating_timeout_s=c.validating_timeout_s, discard=self.files.delete)
         self.worker.start()
