@@ -63,7 +63,7 @@ def test_batch_priority_and_tenant_reach_the_engine() -> None:
 
     async def go() -> None:
         with served() as model:
-            plan = await predictions.start(model, predictions.parse({"input": {"prompt": "x"}}), ctx)
+            plan = await predictions.prepare(model, predictions.parse({"input": {"prompt": "x"}}), ctx)
             req = plan.runs.requests[0]
             assert (req.priority, req.tenant) == (Priority.BATCH, "key_1")
             await predictions.complete(model, plan, ctx)

@@ -13,11 +13,11 @@ import pytest
 
 from sluicegate.config import LimitsConfig
 from sluicegate.engine import AsyncEngine, Engine, FinishReason, Priority, SamplingParams, SchedulerConfig
+from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import (
     Runs,
-    admit,
     check_text_bytes,
     check_tokens,
     collect_finished,
@@ -43,14 +43,15 @@ def served(limits: LimitsConfig | None = None, *, delay_s: float = 0.0, max_wait
 
 
 async def fake_surface(model: ServedModel, ctx: RequestContext, prompts: list[str], *, n: int = 1,
-                 max_new: int | None = 4, seed: int | None = 7) -> Runs:
+                 max_new: int | None = 4, seed: int | None = 7, admission: Admission = OPEN) -> Runs:
     """What a surface adapter does: its one conversion, then the core."""
     ids = [model.runner.tokenize(p) for p in prompts]
     for k, x in enumerate(ids):
         check_tokens(model, len(x), max_new or 1, prompt_param=f"prompt[{k}]", new_param="max_new")
     limit = max_new or default_new_tokens(model, max(len(x) for x in ids))
     params = SamplingParams(max_new_tokens=limit, temperature=1.0, seed=seed)
-    return await start_runs(model, ctx, ids, params, n=n, requested_new=max_new, new_param="max_new")
+    return await start_runs(model, ctx, ids, params, n=n, requested_new=max_new, new_param="max_new",
+                            admission=admission)
 
 
 def test_fan_out_ids_seeds_and_context_fields() -> None:
@@ -193,12 +194,12 @@ def test_the_admission_hook_reserves_the_cost_before_the_engine_sees_anything() 
     async def main() -> None:
         with served() as model:
             ok = Recorder(refuse=False)
-            runs = await fake_surface(model, RequestContext("a", admission=ok), ["abcd"], n=2, max_new=4)
+            runs = await fake_surface(model, RequestContext("a"), ["abcd"], n=2, max_new=4, admission=Admission(ok))
             assert ok.calls == [(runs.cost, "max_new")] and runs.cost == 2 * (5 + 4)
             await runs.collect()
             no = Recorder(refuse=True)
             with pytest.raises(ApiError) as err:
-                await fake_surface(model, RequestContext("b", admission=no), ["abcd"], max_new=4)
+                await fake_surface(model, RequestContext("b"), ["abcd"], max_new=4, admission=Admission(no))
             assert err.value.type == "rate_limit_exceeded" and no.calls == [(9, "max_new")]
             assert model.engine.engine.stats.snapshot()["requests_finished"] == 2  # the refused one never ran
 
@@ -244,9 +245,9 @@ def test_admit_runs_the_reservation_and_the_gate_at_once(gate_refuses: bool, lim
             raise ApiError("idempotency_key_in_use", "still running", retry_after=1)
 
     async def main() -> str | None:
-        ctx = RequestContext("a", admission=limit, gate=gate)
+        ctx = RequestContext("a")
         try:
-            await asyncio.wait_for(admit(ctx, 10, "max_tokens"), 60)
+            await asyncio.wait_for(Admission(limit, gate).admit(ctx, 10, "max_tokens"), 60)
         except ApiError as exc:
             return exc.type
         return None
@@ -274,9 +275,9 @@ def test_admit_with_a_local_limiter_passes_the_gate_first_and_reserves_only_for_
             raise ApiError("idempotency_key_reused", "another request")
 
     async def main() -> None:
-        ctx = RequestContext("a", admission=Local(), gate=gate)
+        ctx = RequestContext("a")
         with pytest.raises(ApiError) if gate_refuses else contextlib.nullcontext():
-            await admit(ctx, 10, "max_tokens")
+            await Admission(Local(), gate).admit(ctx, 10, "max_tokens")
 
     asyncio.run(main())
     assert order == (["gate"] if gate_refuses else ["gate", "reserve"])

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -35,11 +34,15 @@ from sluicegate.serving import predictions
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
+from sluicegate.serving.surface import Surface, answer
 
 RETRY_LATER = frozenset({"overloaded", "shutting_down", "not_ready"})
+M = TypeVar("M", bound=BaseModel)
 
 
-def _parse(data: Any, schema: type[BaseModel], refuse: Callable[[Mapping[str, Any]], Refusal | None]) -> Any:
+def parse_openai(data: Any, schema: type[M], refuse: Callable[[Mapping[str, Any]], Refusal | None]) -> M:
+    """A body parsed from JSON, read as the OpenAI-shaped routes (api/routes/openai.py `read_openai`) and their
+    batch items read it: an object, its unsupported fields refused by name, then the schema."""
     if not isinstance(data, dict):
         raise ApiError("invalid_request", "the body must be a JSON object", code="wrong_type")
     refused = refuse(data)
@@ -52,51 +55,42 @@ def _parse(data: Any, schema: type[BaseModel], refuse: Callable[[Mapping[str, An
 
 
 Served = Callable[[str | None], ServedModel]  # the model a request names (None: the default), as routes resolve it
+Parse = Callable[[Any], Any]  # an item's body, parsed from JSON, into the surface's request
+Refused = Callable[[ApiError, str], tuple[int, dict[str, Any]]]  # an error as its route answers it: status, body
 
 
-def _openai(served: Served, schema: type[BaseModel],
-            refuse: Callable[[Mapping[str, Any]], Refusal | None], surface: ModuleType) -> Handler:
+def _item(served: Served, parse: Parse, surface: Surface, refused: Refused) -> Handler:
+    """An item as its route runs it: parsed, prepared (no admission reserved) and completed by the same
+    adapter (serving/surface.py `answer` closes its runs), its error shaped as the route sends it."""
+
     async def run(body: str, ctx: RequestContext) -> Outcome:
         try:
-            req = _parse(json.loads(body), schema, refuse)
+            req = parse(json.loads(body))
             model = served(req.model)  # the model the item names: local or an upstream's
-            plan = await surface.prepare(model, req, ctx)
-            try:
-                answer = await surface.complete(model, plan, ctx)
-            finally:
-                plan.runs.close()
-            return Outcome(200, answer.model_dump(mode="json"), from_runs(plan.runs))
+            result, runs = await answer(surface, model, req, ctx)
+            return Outcome(200, result.model_dump(mode="json"), from_runs(runs))
         except ApiError as exc:
-            status = 503 if exc.type in RETRY_LATER else openai_view(exc)[0]
-            return Outcome(status, openai_envelope(exc, ctx.request_id))
+            status, error = refused(exc, ctx.request_id)
+            return Outcome(503 if exc.type in RETRY_LATER else status, error)
 
     return run
 
 
-def _prediction(served: Served) -> Handler:
-    """A prediction request, as `POST /v1/predictions` runs it (serving/predictions.py)."""
+def _openai(exc: ApiError, request_id: str) -> tuple[int, dict[str, Any]]:
+    return openai_view(exc)[0], openai_envelope(exc, request_id)
 
-    async def run(body: str, ctx: RequestContext) -> Outcome:
-        try:
-            req = predictions.parse(json.loads(body))
-            model = served(req.model)
-            plan = await predictions.start(model, req, ctx)
-            try:
-                answer = await predictions.complete(model, plan, ctx)
-            finally:
-                plan.runs.close()
-            return Outcome(200, answer.model_dump(mode="json"), from_runs(plan.runs))
-        except ApiError as exc:
-            return Outcome(503 if exc.type in RETRY_LATER else exc.status, envelope(exc, ctx.request_id))
 
-    return run
+def _native(exc: ApiError, request_id: str) -> tuple[int, dict[str, Any]]:
+    return exc.status, envelope(exc, request_id)
 
 
 def handlers(served: Served) -> dict[str, Handler]:
     """A handler for each route batch items may run on (the route registry's `batch`), by its path."""
     return {
-        CHAT.path: _openai(served, ChatCompletionRequest, openai_chat.chat_refusal, chat),
-        COMPLETIONS.path: _openai(served, CompletionRequest, openai_completions.completion_refusal, completions),
-        PREDICTIONS.path: _prediction(served),
+        CHAT.path: _item(served, lambda data: parse_openai(data, ChatCompletionRequest, openai_chat.chat_refusal),
+                         chat, _openai),
+        COMPLETIONS.path: _item(served, lambda data: parse_openai(data, CompletionRequest,
+                                                                  openai_completions.completion_refusal),
+                                completions, _openai),
+        PREDICTIONS.path: _item(served, predictions.parse, predictions, _native),
     }
-

@@ -6,12 +6,15 @@ Every route that creates work uses it the same way (generate, chat, completions,
     parsed = ...                               # read and validate the body as usual
     if key is not None:
         held = begin(request, key, parsed)
-        started = await held.start(lambda: ...)    # claims the key at the serving core's gate; a Response: the
-                                                   # stored answer, replayed; raises 409 idempotency_key_in_use,
-                                                   # 422 ..._reused; a refusal here releases the key and raises it
+        started = await held.start(lambda gate: ...)  # the work prepared with `gate` (`Held.claim`) in its
+                                                      # admission; a Response: the stored answer, replayed; raises
+                                                      # 409 idempotency_key_in_use, 422 ..._reused; a refusal
+                                                      # here releases the key and raises it
         if isinstance(started, Response):
             return started
         return await held.answer(request.receive, finish(started), render)    # or held.stream(items, ...)
+
+The work lifecycle (api/work.py) does this for every work route.
 
 - The key is scoped to the API key (auth off: one shared scope), at most 255 visible ASCII characters; the
   draft's structured-field form (`"abc"`) and Stripe's bare form (`abc`) are the same key.
@@ -21,9 +24,9 @@ Every route that creates work uses it the same way (generate, chat, completions,
   store right after (off the client's wait): a retry on the heels of it is replayed on this replica, and gets
   409 for those milliseconds on another.
 - Claiming the key is one insert the database's unique constraint decides (tenancy/idempotency.py), so two
-  replicas sharing a database run the work once. It is made at the serving core's gate (`RequestContext.gate`),
-  after validation and tokenisation and at the same time as the rate limit's reservation (serving/core.py
-  `admit`): the two round trips overlap. Refusals before execution (validation, budget, 401/403/413,
+  replicas sharing a database run the work once. It is the gate of the request's admission
+  (serving/admission.py), passed after validation and tokenisation at the same time as the rate limit's
+  reservation: the two round trips overlap. Refusals before execution (validation, budget, 401/403/413,
   429) never claim it or release it; answers the client is told to retry (429, 503, 504) release it too.
   Everything else the work answered, 500 included (as Stripe does), is stored and replayed with
   `Idempotent-Replayed: true`.
@@ -51,6 +54,7 @@ from sluicegate.api.detached import Finished, Render, answer_detached, stream_de
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.sse import OPENAI_FRAMING, Framing
 from sluicegate.api.state import AppState, app_state
+from sluicegate.serving.admission import Gate
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.tenancy.idempotency import IdempotencyStore, Outcome, StoredAnswer
@@ -130,28 +134,25 @@ class Held:
         self._ctx = ctx
         self._owner: str | None = None  # set once the claim is this request's
 
-    async def start(self, start: Callable[[], Awaitable[S]]) -> S | Response:
-        """Prepare and start the work, the key claimed at the serving core's gate (`RequestContext.gate`:
+    async def start(self, start: Callable[[Gate], Awaitable[S]]) -> S | Response:
+        """Prepare and start the work, given the gate (`claim`) its admission passes (serving/admission.py:
         with the rate limit's reservation, both round trips at once, after the request is validated and
         tokenised, before the engine sees it). Returns the work, or the stored answer replayed; raises 409
         `idempotency_key_in_use`, 422 `idempotency_key_reused`, 503 `store_unavailable`. A refusal before
         execution (any exception) releases a claim made and propagates."""
-        self._ctx.gate = self._claim
         try:
-            started = await start()
+            started = await start(self.claim)
         except _Replay as replayed:
             return replayed.response
         except BaseException:
             if self._owner is not None:
                 await asyncio.shield(self._release())
             raise
-        finally:
-            self._ctx.gate = None
         if self._owner is None:  # every start passes the gate before the engine sees work
             raise RuntimeError("the work started without its Idempotency-Key claimed")
         return started
 
-    async def _claim(self) -> None:
+    async def claim(self) -> None:
         """The gate: claim the key for this request, or raise why it does not run."""
         idem, scope, key, route, fp = self._idem, self._scope, self._key, self._route, self._fingerprint
         t = time.perf_counter()

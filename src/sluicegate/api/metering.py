@@ -1,8 +1,8 @@
 """What a request cost, for the usage ledger: read from its runs when its response has ended.
 
-The auth middleware records one ledger row per metered request when its response has ended; the routes
-leave the cost on the request context: `ctx.usage` once a result is shaped, or `ctx.meter`, read at the end,
-for a stream (its usage is complete only when it ends) and for a client that left early.
+The work lifecycle (api/work.py) leaves `from_runs` over the started runs as the request context's meter, read
+once when the response has ended (`RequestContext.used()`: a stream's usage is complete only when it ends, and a
+client may leave early): the auth middleware records it in the usage ledger, the rate limit settles with it.
 """
 
 from __future__ import annotations

@@ -65,6 +65,7 @@ from sluicegate.protocol.openai_chat import (
     Message as ChatMessage,
 )
 from sluicegate.serving import openai_chat as chat
+from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import HEARTBEAT_S, Runs, collect_finished, finish_error
 from sluicegate.serving.errors import ApiError
@@ -79,7 +80,7 @@ class MessagesPlan:
     chat: chat.ChatPlan
 
     @property
-    def runs(self) -> Runs:  # the chat plan's runs (the route meters and closes them)
+    def runs(self) -> Runs:  # the chat plan's runs (the work lifecycle meters and closes them)
         return self.chat.runs
 
 
@@ -209,10 +210,11 @@ async def count_tokens(model: ServedModel, req: CountTokensRequest) -> MessageTo
     return MessageTokensCount(input_tokens=len(prompt.token_ids))
 
 
-async def prepare(model: ServedModel, req: MessagesRequest, ctx: RequestContext) -> MessagesPlan:
+async def prepare(model: ServedModel, req: MessagesRequest, ctx: RequestContext,
+                  admission: Admission = OPEN) -> MessagesPlan:
     chat_req = to_chat(req)  # its refusals are in this surface's names already
     try:
-        plan = await chat.prepare(model, chat_req, ctx, top_k=req.top_k)
+        plan = await chat.prepare(model, chat_req, ctx, admission, top_k=req.top_k)
     except ApiError as exc:
         raise _renamed(exc) from None
     return MessagesPlan(req, plan)

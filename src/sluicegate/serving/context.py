@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from sluicegate.engine.types import Priority, RequestOutput
 
@@ -15,11 +14,16 @@ _serial = itertools.count(1)
 
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
-    """What one request cost, as the engine counted it: set by the route, recorded in the usage ledger."""
+    """What one request cost, as the engine counted it: recorded in the usage ledger, settled by rate limits."""
 
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
+
+    @property
+    def charged(self) -> int:
+        """The tokens rate limits and monthly budgets count: prompt plus generated (cached ones included)."""
+        return self.prompt_tokens + self.generated_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,18 +47,6 @@ class Deadlines:
     first_token: Bound | None  # a stream's first token
 
 
-class Admission(Protocol):
-    """A reservation the serving core makes once it knows a request's cost (rate limits: api/middleware/
-    ratelimit.py); raises ApiError to refuse. Whoever sets it settles it when the response has ended."""
-
-    remote: bool  # a reservation is a round trip (Redis): the serving core overlaps it with the gate's
-
-    async def reserve(self, cost: int, param: str | None = None) -> None: ...
-
-    async def cancel(self) -> None:
-        """Give back what `reserve` took, now: the request will not run."""
-
-
 @dataclass(slots=True)
 class RequestContext:
     request_id: str
@@ -68,12 +60,19 @@ class RequestContext:
     deadlines: Deadlines | None = None  # how they were set (api/middleware/deadline.py); None: no budget given
     key_id: str | None = None  # the authenticated key; None when the store holds no key (auth off)
     scopes: frozenset[str] = frozenset()  # what the key may do (auth off: every scope)
-    usage: TokenUsage | None = None  # set by a metered route when its work ends
-    meter: Callable[[], TokenUsage] | None = None  # else this, read when the response ends (streams, disconnects)
-    admission: Admission | None = None  # reserved against with the request's cost before the engine sees it
-    gate: Callable[[], Awaitable[None]] | None = None  # passed, with the reservation, before the engine sees it
+    meter: Callable[[], TokenUsage] | None = None  # set once its work started (api/work.py): read by `used()`
     serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
     finals: list[RequestOutput | None] | None = None  # each engine run's last output once it ends (the access log)
+
+    def used(self) -> TokenUsage:
+        """What the request cost, read when its response has ended (streams and a client that left included):
+        the one figure the usage ledger records and the rate limit settles with; zeros when no work started."""
+        if self.meter is None:
+            return TokenUsage()
+        try:
+            return self.meter()
+        except Exception:  # a meter over runs that never started: nothing was processed
+            return TokenUsage()
 
     @property
     def engine_id(self) -> str:

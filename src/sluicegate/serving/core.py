@@ -1,15 +1,15 @@
 """The serving core every surface shares: admission checks, fan-out to engine runs, collection, refusals.
 
-A surface (generate, chat, completions, predictions; batch items run through the same ones) is an adapter: it parses
-its protocol model, converts it once to token ids and one `SamplingParams`, and shapes the result. Everything
-between is here, so every surface gets the same rules:
+A surface (generate, chat, completions, predictions, Messages, Responses; batch items run through the same ones) is
+an adapter (serving/surface.py): it converts its protocol model once to token ids and one `SamplingParams`, and
+shapes the result. Everything between is here, so every surface gets the same rules:
 
 - `check_tokens`: the token budget with every `LimitsConfig` rule (prompt-token limit, window, new-token
   limit), and `check_text_bytes`, the untokenised pre-check that refuses a huge text in microseconds;
 - `start_runs`: `n` choices per prompt fanned out once (run i seeded `seed + i`, so every choice can be
   replayed alone), engine ids unique per request, tenant/priority/deadlines from the request context (a
-  stream's when it streams: serving/deadline.py), the engine's refusals mapped to the envelope (the deadline
-  forecast's among them), and the request's one cost estimate;
+  stream's when it streams: serving/deadline.py), the request's one cost estimate and its admission
+  (serving/admission.py), the engine's refusals mapped to the envelope (the deadline forecast's among them);
 - `Runs`: the started runs, read through one `OutputCollector` (no task per run or per event): `events()`
   for streams (with heartbeat cues), `collect()` for whole answers; leaving early aborts what is left;
 - `finish_error`: what a run's end means for its client.
@@ -23,11 +23,8 @@ limit, else `LimitsConfig.estimate_new_tokens`; docs/serving.md).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +41,7 @@ from sluicegate.engine import (
 from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import Constraint
 from sluicegate.serving import deadline
+from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import EngineClient, ServedModel, check_text
@@ -180,43 +178,6 @@ class Runs:
         self._open.clear()
 
 
-async def admit(ctx: RequestContext, cost: int, new_param: str | None) -> None:
-    """The last checks before the engine sees a request: its cost reserved (`ctx.admission`: the key's rate
-    limit) and its gate passed (`ctx.gate`: an Idempotency-Key's claim). When the reservation is a round trip
-    (Redis) the two run at once, since the claim is one too (the database). The gate's refusal wins: a replayed
-    or in-use key is answered as such even when the reservation was refused, and a reservation made for a
-    request that then does not run is given back at once."""
-    admission, gate = ctx.admission, ctx.gate
-
-    async def reserve() -> None:
-        assert admission is not None
-        t = time.perf_counter()
-        try:
-            await admission.reserve(cost, new_param)
-        finally:
-            ctx.stage("ratelimit", t)
-
-    if gate is None or admission is None:
-        if gate is not None:
-            await gate()
-        if admission is not None:
-            await reserve()
-        return
-    if not admission.remote:  # nothing to overlap: the reservation takes microseconds in this process
-        await gate()
-        await reserve()
-        return
-    reserving = asyncio.ensure_future(reserve())
-    try:
-        await gate()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await reserving  # to its end, so its decision is known, never left half made
-            await admission.cancel()  # the request will not run: its response shows the bucket without it
-        raise
-    await reserving
-
-
 async def start_runs(
     model: ServedModel,
     ctx: RequestContext,
@@ -228,9 +189,11 @@ async def start_runs(
     new_param: str | None = None,
     constraint: Callable[[], Constraint] | None = None,
     stream: bool = False,
+    admission: Admission = OPEN,
 ) -> Runs:
     """Fan out `n` runs per prompt (choice `p * n + i` is run i of prompt p, seeded `seed + i`), build the
-    engine requests from the context, reserve their cost (`ctx.admission`: rate limits), and start them.
+    engine requests from the context, pass their `admission` (serving/admission.py: the cost reserved, an
+    Idempotency-Key's gate passed), and start them.
     `requested_new` is the request's own new-token limit, named `new_param` (None when it set none: the cost
     then runs to the window, and the deadline forecast expects `estimate_new_tokens`). `constraint`, when
     given, makes each run's own decoding constraint. `stream`: the answer is streamed, so the context's
@@ -256,7 +219,7 @@ async def start_runs(
             cost += len(ids) + run.max_new_tokens  # what it may cost: a reservation it can never outrun
     runs = Runs(model.engine, requests, cost)
     ctx.finals = runs.finals  # filled as the runs end: the access log's finish reason and stage times
-    await admit(ctx, cost, new_param)
+    await admission.admit(ctx, cost, new_param)
     try:
         runs.start()
     except DeadlineTooShort as exc:

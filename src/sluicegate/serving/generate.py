@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Literal, cast
 
 from sluicegate.engine import FinishReason, RequestOutput
 from sluicegate.protocol.common import ModelInfo, PromptTokensDetails, StageTiming, Usage
 from sluicegate.protocol.generate import GenerateRequest, GenerateResponse
+from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import Runs, check_text_bytes, check_tokens, collect_finished, start_runs
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 
 
-async def start(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -> Runs:
-    """Validate against the model, tokenise, check the budget, start the one run."""
+@dataclass(frozen=True, slots=True)
+class GeneratePlan:
+    req: GenerateRequest
+    runs: Runs
+
+
+async def prepare(model: ServedModel, req: GenerateRequest, ctx: RequestContext,
+                  admission: Admission = OPEN) -> GeneratePlan:
+    """Validate against the model, tokenise, check the budget, admit and start the one run."""
     model.resolve(req.model)
     t = time.perf_counter()
     check_text_bytes(model, req.prompt, "prompt", parse_special=req.parse_special)  # before tokenising
@@ -27,8 +36,9 @@ async def start(model: ServedModel, req: GenerateRequest, ctx: RequestContext) -
             "invalid_request", f"model {model.identity.name} is served by an upstream engine that does not return "
             "token ids, which /v1/generate answers with; use /v1/completions for it", param="model",
             code="unsupported_for_model")
-    return await start_runs(model, ctx, [ids], req.to_sampling_params(), requested_new=req.max_new_tokens,
-                            new_param="max_new_tokens")
+    runs = await start_runs(model, ctx, [ids], req.to_sampling_params(), requested_new=req.max_new_tokens,
+                            new_param="max_new_tokens", admission=admission)
+    return GeneratePlan(req, runs)
 
 
 def shape(
@@ -57,8 +67,8 @@ def shape(
     )
 
 
-async def complete(model: ServedModel, req: GenerateRequest, runs: Runs, ctx: RequestContext) -> GenerateResponse:
+async def complete(model: ServedModel, plan: GeneratePlan, ctx: RequestContext) -> GenerateResponse:
     """Run the started run to its end and shape the response."""
-    (result,) = await collect_finished(runs, ctx)
+    (result,) = await collect_finished(plan.runs, ctx)
     assert result.final is not None
-    return shape(model, req, result.final, result.token_ids, result.text, ctx)
+    return shape(model, plan.req, result.final, result.token_ids, result.text, ctx)

@@ -48,6 +48,7 @@ from sluicegate.serving.chat_template import (
     tokenize_prompt,
 )
 from sluicegate.serving.constraints import Grammar, GrammarConstraint, GrammarError, compile_json
+from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import Runs, check_tokens, collect_finished, default_new_tokens, start_runs
 from sluicegate.serving.errors import ApiError
@@ -266,9 +267,10 @@ async def prompt_of(model: ServedModel, req: ChatCompletionRequest) -> ChatPromp
 
 
 async def prepare(
-    model: ServedModel, req: ChatCompletionRequest, ctx: RequestContext, *, top_k: int = 0
+    model: ServedModel, req: ChatCompletionRequest, ctx: RequestContext, admission: Admission = OPEN, *,
+    top_k: int = 0,
 ) -> ChatPlan:
-    """Check, render, budget, constrain and start the runs. `top_k`: a sampling cut chat does not take
+    """Check, render, budget, constrain, admit and start the runs. `top_k`: a sampling cut chat does not take
     (0: off), for the surfaces that render as chat and do (Anthropic's Messages)."""
     ident = model.resolve(req.model)
     _check_combinations(req)
@@ -304,7 +306,7 @@ async def prepare(
         params = dataclasses.replace(params, top_k=top_k)
     runs = await start_runs(
         model, ctx, [prompt.token_ids], params, n=req.n, requested_new=requested, new_param=new_param,
-        constraint=None if grammar is None else grammar.constraint, stream=req.stream,
+        constraint=None if grammar is None else grammar.constraint, stream=req.stream, admission=admission,
     )
     return ChatPlan(req, prompt.text, runs, tool, ident.ref, fingerprint(model))
 
@@ -478,40 +480,37 @@ async def stream(
     tool = plan.tool
     parsers = [ToolCallParser(tool.mode, tool.name) for _ in range(req.n)] if tool is not None else []
     finals: list[Any] = [None] * req.n
-    try:
-        for i in range(req.n):
-            first = _tool_deltas(parsers[i].start()) if parsers else []
-            if first:
-                yield chunks.one(i, first[0].model_copy(update={"role": "assistant"}))
-            elif parsers:  # no content yet: a message that turns out to be calls only has none (null)
-                yield chunks.one(i, ChoiceDelta(role="assistant"))
-            else:
-                yield chunks.one(i, ChoiceDelta(role="assistant", content=""))
-        async for ev in arrivals(plan.runs, finals, lambda i: check_constraint(plan, i)):
-            if ev is None:
-                yield None
-                continue
-            i, out, err = ev
-            lps = ChoiceLogprobs(content=chat_logprobs(model.runner, out.logprobs)) if req.logprobs else None
-            if parsers:
-                events = parsers[i].feed(out.text) if out.text else []
-                if out.finished and err is None:
-                    events += parsers[i].finish()
-                deltas = _tool_deltas(events)
-                if lps is not None and lps.content:  # the logprobs ride on the last delta of their text
-                    deltas = deltas or [ChoiceDelta()]
-                for k, delta in enumerate(deltas):
-                    yield chunks.one(i, delta, lps=lps if k == len(deltas) - 1 else None)
-            elif out.text or (lps is not None and lps.content):
-                yield texts(i, out.text) if lps is None else chunks.one(i, ChoiceDelta(content=out.text), lps=lps)
-            if err is not None:  # after the text it came with: a merged last delta loses nothing
-                raise err
-            if out.finished:
-                finish: OpenAIFinish = (
-                    _tool_finish(parsers[i], out.finish_reason) if parsers else openai_finish(out.finish_reason)
-                )
-                yield chunks.one(i, ChoiceDelta(), finish)
-        if chunks.include_usage:
-            yield chunks([], usage=usage(finals))
-    finally:
-        plan.runs.close()
+    for i in range(req.n):
+        first = _tool_deltas(parsers[i].start()) if parsers else []
+        if first:
+            yield chunks.one(i, first[0].model_copy(update={"role": "assistant"}))
+        elif parsers:  # no content yet: a message that turns out to be calls only has none (null)
+            yield chunks.one(i, ChoiceDelta(role="assistant"))
+        else:
+            yield chunks.one(i, ChoiceDelta(role="assistant", content=""))
+    async for ev in arrivals(plan.runs, finals, lambda i: check_constraint(plan, i)):
+        if ev is None:
+            yield None
+            continue
+        i, out, err = ev
+        lps = ChoiceLogprobs(content=chat_logprobs(model.runner, out.logprobs)) if req.logprobs else None
+        if parsers:
+            events = parsers[i].feed(out.text) if out.text else []
+            if out.finished and err is None:
+                events += parsers[i].finish()
+            deltas = _tool_deltas(events)
+            if lps is not None and lps.content:  # the logprobs ride on the last delta of their text
+                deltas = deltas or [ChoiceDelta()]
+            for k, delta in enumerate(deltas):
+                yield chunks.one(i, delta, lps=lps if k == len(deltas) - 1 else None)
+        elif out.text or (lps is not None and lps.content):
+            yield texts(i, out.text) if lps is None else chunks.one(i, ChoiceDelta(content=out.text), lps=lps)
+        if err is not None:  # after the text it came with: a merged last delta loses nothing
+            raise err
+        if out.finished:
+            finish: OpenAIFinish = (
+                _tool_finish(parsers[i], out.finish_reason) if parsers else openai_finish(out.finish_reason)
+            )
+            yield chunks.one(i, ChoiceDelta(), finish)
+    if chunks.include_usage:
+        yield chunks([], usage=usage(finals))

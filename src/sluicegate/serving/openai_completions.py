@@ -27,6 +27,7 @@ from sluicegate.protocol.openai_completions import (
     CompletionLogprobs,
     CompletionRequest,
 )
+from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import Runs, check_text_bytes, check_tokens, collect_finished, start_runs
 from sluicegate.serving.errors import ApiError
@@ -117,8 +118,9 @@ async def _prompt_ids(model: ServedModel, req: CompletionRequest) -> tuple[list[
     return all_ids, texts
 
 
-async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContext) -> CompletionPlan:
-    """Validate, tokenise, check every prompt's budget, and start the runs."""
+async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContext,
+                  admission: Admission = OPEN) -> CompletionPlan:
+    """Validate, tokenise, check every prompt's budget, admit and start the runs."""
     ident = model.resolve(req.model)
     if req.stream_options is not None and not req.stream:
         raise refused("stream_options", "stream_options is only allowed when stream is true")
@@ -138,7 +140,8 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
         params = dataclasses.replace(params, top_k=req.top_k)
     grammar = await completion_grammar(model, req)
     runs = await start_runs(model, ctx, all_ids, params, n=req.n, requested_new=req.max_tokens, new_param="max_tokens",
-                            constraint=None if grammar is None else grammar.constraint, stream=req.stream)
+                            constraint=None if grammar is None else grammar.constraint, stream=req.stream,
+                            admission=admission)
     return CompletionPlan(req, texts, runs, ident.ref, fingerprint(model))
 
 
@@ -210,46 +213,43 @@ async def stream(
     texts = TextDeltas(lambda i, text: chunk(
         [CompletionChoice(index=i, text=text, token_ids=None, logprobs=None, finish_reason=None)]
     ))
-    try:
-        if req.echo:
-            for i in range(n_choices):
-                yield chunk(
-                    [
-                        CompletionChoice(
-                            index=i,
-                            text=plan.prompt_texts[plan.prompt_of(i)],
-                            token_ids=None,
-                            logprobs=None,
-                            finish_reason=None,
-                        )
-                    ]
-                )
-        async for ev in arrivals(plan.runs, finals):
-            if ev is None:
-                yield None
-                continue
-            i, out, err = ev
-            lps = _logprobs(model, states[i], req, out.logprobs)
-            ids = out.new_token_ids if req.return_token_ids else None
-            if out.text or ids or (lps is not None and lps.tokens):
-                yield texts(i, out.text) if ids is None and lps is None else chunk(
-                    [CompletionChoice(index=i, text=out.text, token_ids=ids, logprobs=lps, finish_reason=None)]
-                )
-            if err is not None:  # after the text it came with: a merged last delta loses nothing
-                raise err
-            if out.finished:
-                yield chunk(
-                    [
-                        CompletionChoice(
-                            index=i, text="", token_ids=None, logprobs=None,
-                            finish_reason=openai_finish(out.finish_reason),
-                        )
-                    ]
-                )
-        if include_usage:
-            yield chunk([], usage=usage(finals))
-    finally:
-        plan.runs.close()
+    if req.echo:
+        for i in range(n_choices):
+            yield chunk(
+                [
+                    CompletionChoice(
+                        index=i,
+                        text=plan.prompt_texts[plan.prompt_of(i)],
+                        token_ids=None,
+                        logprobs=None,
+                        finish_reason=None,
+                    )
+                ]
+            )
+    async for ev in arrivals(plan.runs, finals):
+        if ev is None:
+            yield None
+            continue
+        i, out, err = ev
+        lps = _logprobs(model, states[i], req, out.logprobs)
+        ids = out.new_token_ids if req.return_token_ids else None
+        if out.text or ids or (lps is not None and lps.tokens):
+            yield texts(i, out.text) if ids is None and lps is None else chunk(
+                [CompletionChoice(index=i, text=out.text, token_ids=ids, logprobs=lps, finish_reason=None)]
+            )
+        if err is not None:  # after the text it came with: a merged last delta loses nothing
+            raise err
+        if out.finished:
+            yield chunk(
+                [
+                    CompletionChoice(
+                        index=i, text="", token_ids=None, logprobs=None,
+                        finish_reason=openai_finish(out.finish_reason),
+                    )
+                ]
+            )
+    if include_usage:
+        yield chunk([], usage=usage(finals))
 
 
 __all__ = ["CompletionPlan", "complete", "fim_tokens", "prepare", "stream"]

@@ -37,6 +37,7 @@ from sluicegate.protocol.openai_responses import (
     TextConfigOut,
 )
 from sluicegate.serving import openai_chat as chat
+from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
@@ -169,12 +170,13 @@ def _renamed(exc: ApiError) -> ApiError:
 
 
 async def prepare(
-    model: ServedModel, req: ResponseCreateRequest, ctx: RequestContext, conversation: Conversation
+    model: ServedModel, req: ResponseCreateRequest, ctx: RequestContext, conversation: Conversation,
+    admission: Admission = OPEN,
 ) -> ResponsesPlan:
     items = conversation.history + input_items(req)
     creq = to_chat(req, items)
     try:
-        plan = await chat.prepare(model, creq, ctx)
+        plan = await chat.prepare(model, creq, ctx, admission)
     except ApiError as exc:
         raise _renamed(exc) from None
     return ResponsesPlan(req, plan, new_id("resp"), items)

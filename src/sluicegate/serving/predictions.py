@@ -6,9 +6,10 @@ here, so an item in a job is validated, admitted, run and shaped exactly as a re
     req = parse(data)                          # ApiError (422, parameter named) for a bad body
     record = await predict(model, req, ctx)    # runs to its end; ApiError for a refusal or engine failure
 
-`start` and `complete` are the two halves (`predict` is both, closing the runs whatever happens), for a caller
-that must hold the started runs (Idempotency-Key: the work outlives its client). The caller sets the context's
-priority (batch items: `Priority.BATCH`), tenant and admission; `ctx.created` stamps `created_at`.
+`prepare` and `complete` are the two halves (`predict` is both, closing the runs whatever happens), for a caller
+that must hold the started runs (the work lifecycle, api/work.py: an Idempotency-Key's work outlives its client).
+The caller sets the context's priority (batch items: `Priority.BATCH`) and tenant, and passes the admission
+(serving/admission.py); `ctx.created` stamps `created_at`.
 
 `input.prompt` is tokenised as `/v1/generate` does (`options.parse_special` applies to it); `input.messages`
 goes through the model's chat template as chat completions do (client text is never parsed for control tokens).
@@ -34,6 +35,7 @@ from sluicegate.protocol.predictions import (
     PredictionUsage,
 )
 from sluicegate.serving.chat_template import template_for
+from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import Runs, check_text_bytes, check_tokens, collect_finished, start_runs
 from sluicegate.serving.errors import ApiError
@@ -105,8 +107,9 @@ async def _prompt_ids(model: ServedModel, req: PredictionRequest, ctx: RequestCo
     return prompt_ids, "input.messages"
 
 
-async def start(model: ServedModel, req: PredictionRequest, ctx: RequestContext) -> PredictionPlan:
-    """Resolve the model, build the prompt, check the budget, start the one run."""
+async def prepare(model: ServedModel, req: PredictionRequest, ctx: RequestContext,
+                  admission: Admission = OPEN) -> PredictionPlan:
+    """Resolve the model, build the prompt, check the budget, admit and start the one run."""
     check(req)
     model.resolve(req.model)
     ids, prompt_param = await _prompt_ids(model, req, ctx)
@@ -114,7 +117,7 @@ async def start(model: ServedModel, req: PredictionRequest, ctx: RequestContext)
     check_tokens(model, len(ids), opts.max_new_tokens, prompt_param=prompt_param,
                  new_param="options.max_new_tokens")
     runs = await start_runs(model, ctx, [ids], opts.to_sampling_params(), requested_new=opts.max_new_tokens,
-                            new_param="options.max_new_tokens")
+                            new_param="options.max_new_tokens", admission=admission)
     return PredictionPlan(req, runs)
 
 
@@ -150,7 +153,7 @@ async def complete(model: ServedModel, plan: PredictionPlan, ctx: RequestContext
 async def predict(model: ServedModel, req: PredictionRequest, ctx: RequestContext, *,
                   prediction_id: str | None = None) -> Prediction:
     """Start and complete one prediction; the run is aborted if the caller is cancelled first."""
-    plan = await start(model, req, ctx)
+    plan = await prepare(model, req, ctx)
     try:
         return await complete(model, plan, ctx, prediction_id=prediction_id)
     finally:

@@ -14,8 +14,8 @@
 - The key's id becomes the request's tenant (`RequestContext.tenant`, the scheduler's fairness unit), and
   its scopes go to `RequestContext.scopes`.
 - The POSTs of the routes that create work (the registry's `work`) get one usage-ledger row, under the entry's
-  path, when the response has ended, with the status sent and the usage the route left on the context (zeros
-  when it refused the request).
+  path, when the response has ended, with the status sent and the request's usage (`RequestContext.used()`,
+  the figure rate limits settle with; zeros when the request was refused).
 - The key is never logged: neither this module nor the access log writes headers.
 """
 
@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from sluicegate.api.envelope import send_error
 from sluicegate.api.middleware.request_context import StatusWatch, context_of
 from sluicegate.registry import Route, route_for
-from sluicegate.serving.context import RequestContext, TokenUsage
+from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.telemetry import tracing
 from sluicegate.tenancy.keys import ALL_SCOPES, KEY_LENGTH, PREFIX, KeyRecord, acceptable
@@ -145,7 +145,7 @@ class AuthMiddleware:
         try:
             await self.app(scope, receive, watch)
         finally:
-            usage = ctx.usage or (ctx.meter() if ctx.meter is not None else TokenUsage())
+            usage = ctx.used()
             self.state.ledger.record(ctx.key_id, route.path, usage.prompt_tokens, usage.cached_tokens,
                                      usage.generated_tokens, watch.status or 500, request_id=ctx.request_id)
 

@@ -3,13 +3,16 @@
 The serving core knows a request's cost only once it has tokenised it, so admission is split:
 
 1. here, before the route: the key's limit (`resolve_limit`: its `tpm`/`burst`, else the server's defaults;
-   None: unlimited, and nothing below happens) becomes the request's `ctx.admission`;
+   None: unlimited, and nothing below happens) becomes the request's reservation (`KeyAdmission`, left in
+   the ASGI scope: `reservation_of`), which the work lifecycle (api/work.py) puts in the admission it hands
+   to the serving core (serving/admission.py);
 2. in the serving core, after the budget checks and before the engine sees anything: `reserve(cost)` with
    the core's one cost estimate (docs/serving.md); a refusal is 429 `rate_limit_exceeded` or 413
    `request_exceeds_capacity` (a request the bucket can never hold: a retry cannot fix it);
 3. here, when the response has ended (streams and disconnects included): `settle` to the tokens really
-   processed (prompt + generated, as the usage ledger counts them): unused tokens go back, extra ones
-   become a debt paid before the key's next admission.
+   processed (`RequestContext.used()`, the figure the usage ledger records; prompt + generated:
+   `TokenUsage.charged`): unused tokens go back, extra ones become a debt paid before the key's next
+   admission.
 
 Every response on a limited key carries the bucket's headers (`X-RateLimit-*`, `x-ratelimit-reset-tokens`),
 a stream's at its start; a response refused before reserving shows the bucket as it stands (`peek`).
@@ -22,6 +25,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sluicegate.serving.admission import Reservation
 
 from sluicegate.api.middleware.auth import api_key_of
 from sluicegate.api.middleware.request_context import context_of
@@ -57,7 +62,7 @@ log = logging.getLogger("sluicegate.ratelimit")
 
 
 class KeyAdmission:
-    """One request's reservation against its key's bucket (the serving core's `Admission`)."""
+    """One request's reservation against its key's bucket and monthly budget (a serving `Reservation`)."""
 
     def __init__(self, limiter: RateLimiter, key_id: str, limit: TokenLimit | None,
                  budgets: MonthlyBudgets | None = None, budget: int | None = None) -> None:
@@ -121,7 +126,7 @@ class KeyAdmission:
             return {}
 
     async def settle(self, used: TokenUsage) -> None:
-        actual = used.prompt_tokens + used.generated_tokens
+        actual = used.charged
         self._give_back_budget(actual)
         reserved = self.decision.reserved if self.decision is not None else 0
         if reserved == 0 or self._limit is None:
@@ -131,6 +136,15 @@ class KeyAdmission:
         except RateLimiterUnavailable:
             log.warning("could not settle a reservation of key %s (%d reserved, %d used)", self._key, reserved,
                         actual)
+
+
+_RESERVATION = "sluicegate.reservation"
+
+
+def reservation_of(scope: Scope) -> Reservation | None:
+    """The request's reservation against its key's limits (None: the key has none, or auth is off)."""
+    found = scope.get("state", {}).get(_RESERVATION)
+    return found if isinstance(found, KeyAdmission) else None
 
 
 class RateLimitMiddleware:
@@ -146,7 +160,7 @@ class RateLimitMiddleware:
             return
         ctx = context_of(scope)
         admission = KeyAdmission(self.state.limiter, key.id, limit, self.state.budgets, key.monthly_tokens)
-        ctx.admission = admission
+        scope.setdefault("state", {})[_RESERVATION] = admission
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -159,4 +173,4 @@ class RateLimitMiddleware:
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
-            await admission.settle(ctx.usage or (ctx.meter() if ctx.meter is not None else TokenUsage()))
+            await admission.settle(ctx.used())

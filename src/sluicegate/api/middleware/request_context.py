@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluicegate.api.envelope import INTERNAL, send_error
-from sluicegate.serving.context import RequestContext, TokenUsage
+from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import STATUS, ApiError
 from sluicegate.telemetry.logs import REQUEST_ID
 
@@ -58,10 +58,7 @@ def access_fields(scope: Scope, ctx: RequestContext, status: int, total_ms: floa
     fields: dict[str, object] = {"event": "access", "method": scope.get("method", ""), "path": scope.get("path", ""),
                                  "route": route, "status": status, "duration_ms": round(total_ms, 1),
                                  "key_id": ctx.key_id}
-    try:
-        usage = ctx.usage or (ctx.meter() if ctx.meter is not None else TokenUsage())
-    except Exception:  # a meter over runs that never started: nothing was processed
-        usage = TokenUsage()
+    usage = ctx.used()
     fields.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.generated_tokens,
                   cached_tokens=usage.cached_tokens)
     first = next((f for f in ctx.finals or () if f is not None), None)

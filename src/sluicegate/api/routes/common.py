@@ -60,6 +60,12 @@ async def read_request(request: Request, model: type[M]) -> tuple[M, RequestCont
     return parsed, ctx, app_state(request).served(requested if isinstance(requested, str) else None)
 
 
+async def read_work(request: Request, model: type[M]) -> tuple[M, ServedModel]:
+    """`read_request` for the work lifecycle (api/work.py): the parsed request and the served model."""
+    parsed, _, served = await read_request(request, model)
+    return parsed, served
+
+
 def json_reply(payload: BaseModel, ctx: RequestContext) -> Response:
     t = time.perf_counter()
     body = payload.model_dump_json()
@@ -110,4 +116,4 @@ def error_responses(*types: str) -> dict[int | str, dict[str, Any]]:
 
 
 __all__ = ["cancel_and_view", "envelope", "error_responses", "idempotency_doc", "json_reply", "read_request",
-           "require_json", "work_doc"]
+           "read_work", "require_json", "work_doc"]

@@ -8,23 +8,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from types import ModuleType
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from sluicegate.api import work
+from sluicegate.api.batch_items import parse_openai
 from sluicegate.api.detached import Render
-from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
-from sluicegate.api.idempotency import Held, begin, idempotency_key
 from sluicegate.api.jsonbody import parse_json
-from sluicegate.api.metering import from_runs
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_envelope, openai_error_response
 from sluicegate.api.routes.common import json_reply, refuse_query, require_json, work_doc
-from sluicegate.api.sse import OPENAI_FRAMING, Framing, sse_response
+from sluicegate.api.sse import OPENAI_FRAMING, Framing
 from sluicegate.api.state import app_state
-from sluicegate.api.validation import openai_validation_error as validation_error
+from sluicegate.api.work import Dialect
 from sluicegate.protocol import openai_chat, openai_completions
 from sluicegate.protocol.common import ErrorEnvelope
 from sluicegate.protocol.openai_chat import ChatCompletion, ChatCompletionRequest
@@ -36,6 +34,7 @@ from sluicegate.serving import openai_completions as completions
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.model_card import describe
 from sluicegate.serving.models import ServedModel
+from sluicegate.serving.surface import StreamingSurface
 
 router = APIRouter(tags=["openai"])
 M = TypeVar("M", bound=BaseModel)
@@ -50,16 +49,7 @@ async def read_openai(
     require_json(request)
     refuse_query(request)
     t = time.perf_counter()
-    data = parse_json(await request.body())
-    if not isinstance(data, dict):
-        raise ApiError("invalid_request", "the body must be a JSON object", code="wrong_type")
-    refused = refuse(data)
-    if refused is not None:
-        raise ApiError("invalid_request", refused.message, param=refused.param, code=refused.code)
-    try:
-        parsed = model.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(exc, data) from None
+    parsed = parse_openai(parse_json(await request.body()), model, refuse)
     context_of(request.scope).stage("parse", t)
     return parsed
 
@@ -131,72 +121,25 @@ async def text_completions(request: Request) -> Response:
     return await serve(request, CompletionRequest, openai_completions.completion_refusal, completions)
 
 
-class Surface(Protocol):
-    """A serving adapter (serving.openai_chat, serving.openai_completions, a Responses surface): `prepare`
-    starts the runs and returns a plan with `.runs`; `stream` yields its items; `complete` its one answer."""
-
-    async def prepare(self, model: ServedModel, req: Any, ctx: Any) -> Any: ...
-    def stream(self, model: ServedModel, plan: Any, ctx: Any) -> Any: ...
-    async def complete(self, model: ServedModel, plan: Any, ctx: Any) -> BaseModel: ...
-
-
 async def serve(
     request: Request,
     schema: type[M],
     refuse: Callable[[Mapping[str, Any]], Refusal | None],
-    surface: Surface | ModuleType,  # serving.openai_chat, serving.openai_completions, an adapter object
+    surface: StreamingSurface,  # serving.openai_chat, serving.openai_completions, an adapter object
     *,
     render: Render = openai_error_response,
     render_event: Callable[[ApiError, str], dict[str, Any]] = openai_envelope,
     framing: Framing = OPENAI_FRAMING,
 ) -> Response:
-    """Read, plan and start the runs, then stream them as SSE or answer once (chat and completions alike, and
-    the surfaces that adapt chat: Anthropic's Messages, with its own error rendering and stream framing).
-    The runs end with the response whatever happens: `close` aborts what a gone client left running. With an
-    Idempotency-Key the work runs to its end whatever the client does, and its answer is stored
-    (api/idempotency.py)."""
-    ctx = context_of(request.scope)
-    held: Held | None = None
-    try:
-        key = idempotency_key(request)
+    """The work lifecycle (api/work.py) of an OpenAI-shaped surface (chat, completions, and the surfaces read
+    the same way: Responses, Anthropic's Messages with its own error rendering and stream framing): the body
+    read and refused by name here, the model it names served."""
+
+    async def read() -> tuple[M, ServedModel]:
         req = await read_openai(request, schema, refuse)
-        model = app_state(request).served(getattr(req, "model", None))
-        if key is not None:
-            held = begin(request, key, req)
-            started = await held.start(lambda: surface.prepare(model, req, ctx))
-            if isinstance(started, Response):  # the key's stored answer
-                return started
-            plan = started
-        else:
-            plan = await surface.prepare(model, req, ctx)  # started: the runs are in the engine
-        ctx.meter = lambda: from_runs(plan.runs)  # read when the response has ended: streams and disconnects too
-    except ApiError as exc:
-        return render(exc, ctx.request_id)
-    if getattr(req, "stream", False):
-        stream = surface.stream(model, plan, ctx)
-        if held is not None:
-            return held.stream(stream, render_event, framing)
-        return sse_response(
-            stream, request_id=ctx.request_id, render_error=render_event, on_close=plan.runs.close,
-            framing=framing,
-        )
+        return req, app_state(request).served(getattr(req, "model", None))
 
-    async def finish() -> Response:
-        try:
-            return json_reply(await surface.complete(model, plan, ctx), ctx)
-        finally:
-            plan.runs.close()
-
-    if held is not None:
-        return await held.answer(request.receive, finish(), render)
-    try:
-        return await unless_disconnected(request.receive, finish())
-    except ClientDisconnected:
-        return Response(status_code=499)
-    except ApiError as exc:
-        return render(exc, ctx.request_id)
-    finally:
-        plan.runs.close()
+    return await work.serve(request, read, surface, Dialect(render, render_event, framing))
 
 
 def _model_object(served: ServedModel) -> OpenAIModel:

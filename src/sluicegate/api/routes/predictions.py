@@ -1,7 +1,8 @@
 """`POST /v1/predictions`, `GET /v1/predictions/{id}`, `GET /v1/predictions`: stored predictions per key.
 
-Thin: the serving adapter (serving/predictions.py) makes the prediction; this stores it (store/predictions.py)
-before answering, so an id a client was given can always be fetched. Another key's prediction is 404.
+Thin: the work lifecycle (api/work.py) runs the serving adapter (serving/predictions.py), and this stores the
+prediction (store/predictions.py) before answering, so an id a client was given can always be fetched. Another
+key's prediction is 404.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ import re
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
-from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
-from sluicegate.api.envelope import error_response
-from sluicegate.api.idempotency import begin, idempotency_key
-from sluicegate.api.metering import from_runs
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.routes.common import error_responses, idempotency_doc, json_reply, read_request
+from sluicegate.api.routes.common import error_responses, idempotency_doc, read_work
 from sluicegate.api.state import app_state
 from sluicegate.api.validation import plain_name
+from sluicegate.api.work import serve
 from sluicegate.protocol.predictions import Prediction, PredictionList, PredictionRequest
 from sluicegate.serving import predictions as serving
 from sluicegate.serving.context import RequestContext
@@ -60,36 +59,13 @@ async def _save(request: Request, ctx: RequestContext, record: Prediction) -> No
     responses=error_responses(*ERRORS),
 )
 async def create_prediction(request: Request) -> Response:
-    key = idempotency_key(request)
-    req, ctx, model = await read_request(request, PredictionRequest)
-    serving.check(req)
+    ctx = context_of(request.scope)
 
-    async def start() -> serving.PredictionPlan:
-        plan = await serving.start(model, req, ctx)
-        ctx.meter = lambda: from_runs(plan.runs)  # read when the response has ended: a client that left included
-        return plan
-
-    async def finish(plan: serving.PredictionPlan) -> Response:
-        try:
-            record = await serving.complete(model, plan, ctx)
-        finally:
-            plan.runs.close()
+    async def keep(record: BaseModel) -> None:  # stored before it is answered: an id given can be fetched
+        assert isinstance(record, Prediction)
         await _save(request, ctx, record)
-        return json_reply(record, ctx)
 
-    if key is not None:  # the work outlives its client; its answer is stored and replayed (api/idempotency.py)
-        held = begin(request, key, req)
-        started = await held.start(start)
-        if isinstance(started, Response):  # the key's stored answer
-            return started
-        return await held.answer(request.receive, finish(started), error_response)
-    plan = await start()
-    try:
-        return await unless_disconnected(request.receive, finish(plan))
-    except ClientDisconnected:
-        return Response(status_code=499)
-    finally:
-        plan.runs.close()
+    return await serve(request, lambda: read_work(request, PredictionRequest), serving, keep=keep)
 
 
 @router.get(

@@ -33,6 +33,7 @@ from sluicegate.protocol.openai_responses import (
     responses_refusal,
 )
 from sluicegate.serving import openai_responses as surface
+from sluicegate.serving.admission import Admission
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
@@ -69,20 +70,21 @@ async def _load(store: Store, ctx: RequestContext, id: str, param: str) -> store
 
 
 class _Surface:
-    """The Responses adapter bound to this request's store and key (api/routes/openai.py `Surface`)."""
+    """The Responses adapter bound to this request's store and key (a serving/surface.py `StreamingSurface`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.conversation = surface.Conversation()
 
-    async def prepare(self, model: ServedModel, req: ResponseCreateRequest, ctx: RequestContext) -> Any:
+    async def prepare(self, model: ServedModel, req: ResponseCreateRequest, ctx: RequestContext,
+                      admission: Admission) -> Any:
         if req.previous_response_id is not None:
             prev = await _load(self.store, ctx, req.previous_response_id, "previous_response_id")
             body = json.loads(prev.body)
             self.conversation.history = json.loads(prev.items) + body["output"]
         if req.store:
             self.conversation.save = lambda response, items: self._save(ctx, response, items)
-        return await surface.prepare(model, req, ctx, self.conversation)
+        return await surface.prepare(model, req, ctx, self.conversation, admission)
 
     async def _save(self, ctx: RequestContext, response: ResponseObject, items: list[dict[str, Any]]) -> None:
         try:

@@ -1,0 +1,125 @@
+"""The one lifecycle of a route that creates work: `parse -> prepare -> admit -> answer or stream -> close`.
+
+Every work route (generate, predictions, chat, completions, Messages, Responses) is this function with its own
+reader, surface (serving/surface.py) and error dialect:
+
+1. parse: the Idempotency-Key header (api/idempotency.py), then the route's `read` (content type, body,
+   refusals by name, schema) and the served model;
+2. prepare and admit: the surface's `prepare` with the request's admission (serving/admission.py): the key's
+   reservation (api/middleware/ratelimit.py `reservation_of`) and, with an Idempotency-Key, its claim as the
+   gate; the runs start once both pass. The context's meter then reads the runs' usage (`from_runs`), for the
+   ledger and the limiter when the response has ended;
+3. answer or stream: `stream: true` as server-sent events in the dialect's framing, else one answer; with an
+   Idempotency-Key the work runs detached from its client and its answer is stored (api/detached.py);
+   without one, a client that leaves aborts its work (499);
+4. close: the runs are closed here, and only here, when the answer or the stream ends, whatever happens.
+
+Errors before the answer or the stream starts are rendered by the dialect's `render`; a stream's mid-way
+errors by its `render_event`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request, Response
+from pydantic import BaseModel
+
+from sluicegate.api.detached import Render
+from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
+from sluicegate.api.envelope import envelope, error_response
+from sluicegate.api.idempotency import Held, begin, idempotency_key
+from sluicegate.api.metering import from_runs
+from sluicegate.api.middleware.ratelimit import reservation_of
+from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.routes.common import json_reply
+from sluicegate.api.sse import OPENAI_FRAMING, Framing, sse_response
+from sluicegate.serving.admission import Admission, Gate
+from sluicegate.serving.core import Runs
+from sluicegate.serving.errors import ApiError
+from sluicegate.serving.models import ServedModel
+from sluicegate.serving.surface import Plan, StreamingSurface, Surface
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How a surface's errors and streams are written."""
+
+    render: Render = error_response  # an error answered before the answer or the stream starts
+    render_event: Callable[[ApiError, str], dict[str, Any]] = envelope  # a stream's error event
+    framing: Framing = OPENAI_FRAMING  # a stream's events
+
+
+NATIVE = Dialect()
+
+Read = Callable[[], Awaitable[tuple[Any, ServedModel]]]  # the parsed request and the model it names
+Keep = Callable[[BaseModel], Awaitable[None]]  # done with a whole answer before it is sent (a stored prediction)
+
+
+async def _closing(items: AsyncIterator[BaseModel | str | None], runs: Runs) -> AsyncIterator[BaseModel | str | None]:
+    try:
+        async for item in items:
+            yield item
+    finally:
+        runs.close()
+
+
+async def serve(request: Request, read: Read, surface: Surface, dialect: Dialect = NATIVE, *,
+                keep: Keep | None = None) -> Response:
+    """The lifecycle (module doc) of one work request."""
+    ctx = context_of(request.scope)
+    render = dialect.render
+    held: Held | None = None
+    reservation = reservation_of(request.scope)
+    try:
+        key = idempotency_key(request)
+        req, model = await read()
+
+        async def prepare(gate: Gate | None = None) -> Plan:
+            return await surface.prepare(model, req, ctx, Admission(reservation, gate))
+
+        if key is not None:  # the work outlives its client; its answer is stored and replayed
+            held = begin(request, key, req)
+            started = await held.start(prepare)
+            if isinstance(started, Response):  # the key's stored answer
+                return started
+            plan = started
+        else:
+            plan = await prepare()  # started: the runs are in the engine
+    except ApiError as exc:
+        return render(exc, ctx.request_id)
+    runs = plan.runs
+    ctx.meter = lambda: from_runs(runs)  # read when the response has ended: streams and disconnects too
+
+    if getattr(req, "stream", False):
+        assert isinstance(surface, StreamingSurface)
+        items = _closing(surface.stream(model, plan, ctx), runs)
+        if held is not None:
+            return held.stream(items, dialect.render_event, dialect.framing)
+        return sse_response(items, request_id=ctx.request_id, render_error=dialect.render_event,
+                            on_close=runs.close, framing=dialect.framing)
+
+    async def finish() -> Response:
+        try:
+            answer = await surface.complete(model, plan, ctx)
+        finally:
+            runs.close()
+        if keep is not None:
+            await keep(answer)
+        return json_reply(answer, ctx)
+
+    if held is not None:
+        return await held.answer(request.receive, finish(), render)
+    try:
+        return await unless_disconnected(request.receive, finish())
+    except ClientDisconnected:
+        return Response(status_code=499)
+    except ApiError as exc:
+        return render(exc, ctx.request_id)
+    finally:
+        runs.close()  # also when the client left before `finish` ever ran
+
+
+__all__ = ["NATIVE", "Dialect", "serve"]
