@@ -40,6 +40,7 @@ from sluicegate.protocol.openai_chat import (
     ToolMessage,
 )
 from sluicegate.protocol.openai_common import FinishReason as OpenAIFinish
+from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.chat_template import (
     ChatPrompt,
     ChatTemplate,
@@ -48,7 +49,6 @@ from sluicegate.serving.chat_template import (
     tokenize_prompt,
 )
 from sluicegate.serving.constraints import Grammar, GrammarConstraint, GrammarError, compile_json
-from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import Runs, check_tokens, collect_finished, default_new_tokens, start_runs
 from sluicegate.serving.errors import ApiError

@@ -34,8 +34,8 @@ from sluicegate.protocol.predictions import (
     PredictionTiming,
     PredictionUsage,
 )
-from sluicegate.serving.chat_template import template_for
 from sluicegate.serving.admission import OPEN, Admission
+from sluicegate.serving.chat_template import template_for
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import Runs, check_text_bytes, check_tokens, collect_finished, start_runs
 from sluicegate.serving.errors import ApiError

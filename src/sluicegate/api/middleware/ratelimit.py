@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sluicegate.serving.admission import Reservation
-
 from sluicegate.api.middleware.auth import api_key_of
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.ratelimit_errors import refusal_error, unavailable_error
+from sluicegate.serving.admission import Reservation
 from sluicegate.serving.context import TokenUsage
 from sluicegate.serving.errors import ApiError
 from sluicegate.tenancy.budget import BudgetDecision, MonthlyBudgets
