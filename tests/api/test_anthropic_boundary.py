@@ -67,7 +67,7 @@ def test_token_priced_limits(db_url: str) -> None:
 
 def test_idempotency_whole_and_streamed(db_url: str) -> None:
     with served(db_url) as s:
-        engine = s.srv.state.engine
+        engine = s.srv.state.runtime.engine
         assert engine is not None
         first = post(s, **{"Idempotency-Key": "m-1"})
         again = post(s, **{"Idempotency-Key": "m-1"})

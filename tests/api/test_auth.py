@@ -121,7 +121,7 @@ def test_scopes_per_route(db_url: str) -> None:
 def test_the_key_is_the_requests_tenant(db_url: str) -> None:
     with served(db_url) as s:
         key, secret = s.key(Scope.GENERATE)
-        engine = s.srv.state.engine
+        engine = s.srv.state.runtime.engine
         assert engine is not None
         seen: list[str] = []
         submit = engine.submit

@@ -8,15 +8,11 @@ from typing import Any
 from starlette.types import Message, Receive, Scope, Send
 
 from sluicegate.api.middleware.auth import AuthMiddleware, api_key_of
-from sluicegate.api.state import AppState
+from sluicegate.api.tenancy import Tenancy
 from sluicegate.config import Config
 from sluicegate.store.db import in_memory
 from sluicegate.tenancy.keys import Scope as KeyScope
 from sluicegate.tenancy.keys import create_key
-
-
-def never() -> Any:
-    raise AssertionError("no model here")
 
 
 def call(mw: AuthMiddleware, scope: Scope) -> list[Message]:
@@ -34,7 +30,7 @@ def call(mw: AuthMiddleware, scope: Scope) -> list[Message]:
 
 def test_the_app_inside_sees_the_key_and_a_websocket_without_one_is_closed() -> None:
     store = in_memory()
-    state = AppState(Config(), never, store)
+    tenancy = Tenancy(Config(), store)
     record, secret = create_key(store, "k", {KeyScope.GENERATE}, tpm=600, burst=100)
     seen: list[Any] = []
 
@@ -43,7 +39,7 @@ def test_the_app_inside_sees_the_key_and_a_websocket_without_one_is_closed() -> 
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    mw = AuthMiddleware(app, state)
+    mw = AuthMiddleware(app, tenancy)
     headers = [(b"authorization", f"Bearer {secret}".encode())]
     sent = call(mw, {"type": "http", "method": "GET", "path": "/v1/models", "headers": headers})
     assert sent[0]["status"] == 204

@@ -48,8 +48,8 @@ class HeldRunner(SlowRunner):
 
 
 def engine_of(s: Threaded) -> Engine:
-    assert s.state.engine is not None
-    return s.state.engine
+    assert s.state.runtime.engine is not None
+    return s.state.runtime.engine
 
 
 def record_submits(eng: Engine) -> list[EngineRequest]:

@@ -181,7 +181,7 @@ def test_both_budget_rules_are_reachable_over_http(client: TestClient) -> None:
 
 def test_refused_before_any_engine_work(client: TestClient) -> None:
     state = client.app.state.sluicegate  # type: ignore[attr-defined]
-    runner = state.model.runner
+    runner = state.runtime.model.runner
     before = (runner.execute_calls, runner.executed_tokens)
     for body in ({"prompt": "a" * 511}, {"prompt": "a", "max_new_tokens": 600}, {"prompt": "a" * 100_000}):
         assert client.post("/v1/generate", json=body).status_code == 422

@@ -24,7 +24,7 @@ BODIES = {"/v1/generate": GEN, "/v1/chat/completions": CHAT, "/v1/completions": 
 
 
 def finished(s: Served) -> int:
-    engine = s.srv.state.engine
+    engine = s.srv.state.runtime.engine
     assert engine is not None
     return engine.stats.requests_finished
 
@@ -193,4 +193,4 @@ def test_the_ttl_is_configurable() -> None:
     from tests.api.threaded_server import threaded_server
 
     with threaded_server(Config(idempotency=IdempotencyConfig(ttl_hours=0.5))) as srv:
-        assert srv.state.idempotency.ttl.total_seconds() == 1800
+        assert srv.state.tenancy.idempotency.ttl.total_seconds() == 1800

@@ -63,7 +63,7 @@ def held(s: Served) -> Iterator[GatedRunner]:
 
 
 def stats(s: Served) -> Any:
-    engine = s.srv.state.engine
+    engine = s.srv.state.runtime.engine
     assert engine is not None
     return engine.stats
 

@@ -130,7 +130,7 @@ def test_disconnect_aborts_the_engine_request(path: str) -> None:
     with threaded_server(
         runner=lambda: SlowRunner(n_ctx=2048, n_slots=4, delay_s=0.01, eos_slope=0.0)
     ) as srv:
-        engine = srv.state.engine
+        engine = srv.state.runtime.engine
         assert engine is not None
         body: dict[str, Any] = {"model": "reference", "max_tokens": 1500, "stream": True, "n": 2, "seed": 1}
         body |= {"messages": [{"role": "user", "content": "Hi"}]} if "chat" in path else {"prompt": "Hi"}
@@ -150,7 +150,7 @@ def test_a_reused_request_id_does_not_mix_up_two_requests() -> None:
     with threaded_server(
         runner=lambda: SlowRunner(n_ctx=2048, n_slots=4, delay_s=0.005, eos_slope=0.0)
     ) as srv:
-        engine = srv.state.engine
+        engine = srv.state.runtime.engine
         assert engine is not None
         head = {"X-Request-Id": "same-id"}
         body: dict[str, Any] = {"model": "reference", "max_tokens": 1500, "stream": True, "prompt": "Hi"}

@@ -110,7 +110,7 @@ def test_refusals(sqlite_db: str, body: dict[str, Any], status: int, param: str)
 def test_unknown_version_lists_the_available_one(db_url: str) -> None:
     with served(db_url) as s:
         _, a = s.key(Scope.GENERATE)
-        ident = s.srv.state.served().identity
+        ident = s.srv.state.runtime.served().identity
         r = post(s.url, a, {**BODY, "model": f"{ident.name}@v999"})
         err = r.json()["error"]
         assert r.status_code == 404 and err["code"] == "model_version_not_found" and ident.version in err["message"]
@@ -133,7 +133,7 @@ def test_model_card(sqlite_db: str) -> None:
                     jobs=JobsConfig(max_items_per_job=7, max_file_bytes=1234))
     with served(sqlite_db, config) as s:
         _, a = s.key(Scope.GENERATE)
-        ident = s.srv.state.served().identity
+        ident = s.srv.state.runtime.served().identity
         for model_id in (ident.name, ident.ref):
             r = httpx.get(f"{s.url}/v1/models/{model_id}", headers=auth(a), timeout=30)
             card = r.json()

@@ -100,7 +100,7 @@ def test_a_stream_the_client_leaves_is_counted_to_where_it_stopped(db_url: str) 
                     seen += 1
                 if seen >= 3:
                     break
-        engine = s.srv.state.engine
+        engine = s.srv.state.runtime.engine
         assert engine is not None
 
         def counted() -> list[Any]:

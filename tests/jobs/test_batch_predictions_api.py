@@ -102,7 +102,7 @@ def test_progress_and_eta_while_running_then_cancel_aborts_the_rest(server: Thre
     statuses = [x["status"] for x in client.get(f"{BASE}/{job}/results", params={"limit": 100}).json()["data"]]
     assert statuses.count("cancelled") >= 10 and "pending" not in statuses
     # nothing of the job is left in the engine
-    wait_for(lambda: server.state.engine is not None and not server.state.engine.scheduler.has_work,
+    wait_for(lambda: server.state.runtime.engine is not None and not server.state.runtime.engine.scheduler.has_work,
              message="the engine to be idle")
 
 

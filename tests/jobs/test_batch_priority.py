@@ -28,7 +28,7 @@ def test_batch_uses_its_slots_only_and_never_the_interactive_bucket(tmp_path: Pa
         items = [{"input": {"prompt": f"batch item {i}"}, "options": {"max_new_tokens": 40, "temperature": 0}}
                  for i in range(16)]  # ~16 x 45 tokens: more than twice the key's whole bucket
         job = c.post("/v1/batch-predictions", json=items).json()["id"]
-        engine = s.srv.state.engine
+        engine = s.srv.state.runtime.engine
         assert engine is not None
 
         def batch_running() -> int:

@@ -138,7 +138,7 @@ def test_the_vocabulary_is_built_at_load_not_by_the_first_request(monkeypatch: p
     monkeypatch.setattr(constraints, "_Vocab", Counting)
     with make_client() as client:
         wait_ready(client)
-        runner = client.app.state.sluicegate.model.runner  # type: ignore[attr-defined]
+        runner = client.app.state.sluicegate.runtime.model.runner  # type: ignore[attr-defined]
         assert built == [runner] and runner in constraints._TOKENIZERS
         body = {"model": "reference", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "seed": 1,
                 "response_format": {"type": "json_object"}}

@@ -69,8 +69,8 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document). `tokenizers`
     gives an upstream model's own tokenizer by name (None: the local model's, upstream/load.py)."""
     set_docs_base(config.error_docs_url)  # every envelope's docs_url, for this process (errorcatalog/)
-    state = AppState(config, factory) if store is None else AppState(config, factory, store)
-    state.tokenizers = tokenizers
+    state = AppState(config, factory, tokenizers=tokenizers) if store is None else \
+        AppState(config, factory, store, tokenizers)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -105,9 +105,9 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes,
                        upload_bytes=config.jobs.max_file_bytes)
     app.add_middleware(DeadlineMiddleware, config=config.deadlines)  # the caller's budget, before the body
-    app.add_middleware(RateLimitMiddleware, state=state)  # inside auth: it needs the key
-    app.add_middleware(KeyLimitsMiddleware, state=state)  # the key's request counts, before the body is read
-    app.add_middleware(AuthMiddleware, state=state)  # outside the body limit: a caller without a key is refused
+    app.add_middleware(RateLimitMiddleware, tenancy=state.tenancy)  # inside auth: it needs the key
+    app.add_middleware(KeyLimitsMiddleware, tenancy=state.tenancy)  # the key's request counts, before the body is read
+    app.add_middleware(AuthMiddleware, tenancy=state.tenancy)  # outside the body limit: a keyless caller is refused
     app.add_middleware(DrainMiddleware, drain=state.drain)  # in-flight requests; 503 while shutting down
     if config.cors_origins:  # outside auth: a preflight needs no key, and a refusal still carries the CORS headers
         app.add_middleware(Cors, origins=config.cors_origins)

@@ -52,8 +52,9 @@ from starlette.types import Receive
 
 from sluicegate.api.detached import Finished, Render, answer_detached, stream_detached
 from sluicegate.api.middleware.request_context import context_of
+from sluicegate.api.services import tenancy_of
 from sluicegate.api.sse import OPENAI_FRAMING, Framing
-from sluicegate.api.state import AppState, app_state
+from sluicegate.api.tenancy import Tenancy
 from sluicegate.serving.admission import Gate
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
@@ -108,7 +109,7 @@ def begin(request: Request, key: str, parsed: BaseModel) -> Held:
     """The request's hold on `key`, claimed when its work is about to start (`Held.start`)."""
     ctx = context_of(request.scope)
     route = request.scope["path"]
-    return Held(app_state(request), ctx.key_id or "", key, route, fingerprint(route, parsed), ctx)
+    return Held(tenancy_of(request), ctx.key_id or "", key, route, fingerprint(route, parsed), ctx)
 
 
 class _Replay(Exception):
@@ -124,9 +125,9 @@ class Held:
     is prepared; the work then runs detached from its client, and its answer is stored (or the key released)
     when it ends. It is the work's `Keeper` (api/detached.py)."""
 
-    def __init__(self, state: AppState, scope: str, key: str, route: str, fp: str, ctx: RequestContext) -> None:
-        self._state = state
-        self._idem: IdempotencyStore = state.idempotency
+    def __init__(self, tenancy: Tenancy, scope: str, key: str, route: str, fp: str, ctx: RequestContext) -> None:
+        self._tenancy = tenancy
+        self._idem: IdempotencyStore = tenancy.idempotency
         self._scope = scope
         self._key = key
         self._route = route
@@ -175,7 +176,7 @@ class Held:
         if claim.outcome is Outcome.IN_USE:
             raise ApiError("idempotency_key_in_use", f"a request with this {PARAM} is still running; retry after "
                            "Retry-After to get its answer", param=PARAM,
-                           retry_after=self._state.config.idempotency.retry_after_s)
+                           retry_after=self._tenancy.config.idempotency.retry_after_s)
         raise ApiError("idempotency_key_reused", f"this {PARAM} was used for a different request (another body "
                        "or route); send a new key with a new request", param=PARAM)
 

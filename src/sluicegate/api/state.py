@@ -1,55 +1,26 @@
-"""What the app holds: the configuration, and the served model once it has loaded."""
+"""What the app holds, and the owner that builds, starts and stops it: the model runtime
+(api/model_runtime.py), tenancy (api/tenancy.py), the job system (jobs/runtime.py) and webhooks. Routes do not
+reach through it: each takes the services it uses (api/services.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
-import logging
-import re
-import secrets
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.requests import HTTPConnection
 
 from sluicegate.api.batch_items import handlers
 from sluicegate.api.drain import Drain
-from sluicegate.backends.base import ModelRunner
+from sluicegate.api.model_runtime import ModelRuntime, RunnerFactory
+from sluicegate.api.tenancy import Tenancy
 from sluicegate.config import Config
-from sluicegate.engine import AsyncEngine, Engine
 from sluicegate.jobs.runtime import JobsRuntime
-from sluicegate.serving.budget import Budget
-from sluicegate.serving.constraints import build_vocabulary
-from sluicegate.serving.errors import ApiError
-from sluicegate.serving.models import Lifted, ServedModel
 from sluicegate.store.db import Store, in_memory
 from sluicegate.store.notify import JOBS, WEBHOOKS, Listener
-from sluicegate.tenancy.budget import MonthlyBudgets
-from sluicegate.tenancy.idempotency import IdempotencyStore, maintain
-from sluicegate.tenancy.key_cache import KeyCache
-from sluicegate.tenancy.ratelimit import RateLimiter, build_concurrency_limiter, build_rate_limiter
-from sluicegate.tenancy.ratelimit.concurrency import ConcurrencyLimiter
-from sluicegate.tenancy.usage import UsageLedger
-from sluicegate.upstream import (
-    AsyncUpstream,
-    Probed,
-    TokenizerFactory,
-    UpstreamRefused,
-    load_upstreams,
-    new_http_client,
-)
+from sluicegate.upstream import TokenizerFactory
 from sluicegate.webhooks import Webhooks
 
-log = logging.getLogger("sluicegate")
-
-RunnerFactory = Callable[[], ModelRunner]
-UPSTREAM_RETRY_FIRST_S = 1.0  # an upstream that failed its start-up checks, but may yet come up, is checked
-UPSTREAM_RETRY_MAX_S = 30.0  # again after 1 s, then 2, 4, ... and every 30 s at most
-UPSTREAM_ENGINE_SLOTS = 16  # an upstream-only server's batch worker runs a quarter of this: 4 items at once
+__all__ = ["AppState", "RunnerFactory", "app_state"]
 
 
 @dataclass(slots=True)
@@ -57,64 +28,34 @@ class AppState:
     config: Config
     factory: RunnerFactory
     store: Store = field(default_factory=in_memory)  # keys and the usage ledger; the caller owns it
-    keys: KeyCache = field(init=False)
-    limiter: RateLimiter = field(init=False)  # token buckets per key: in-process, or Redis (--redis-url)
-    concurrency: ConcurrencyLimiter = field(init=False)  # requests in flight per key (api/middleware/key_limits.py)
-    budgets: MonthlyBudgets = field(init=False)  # tokens per calendar month per key, from the usage ledger
-    instance: str = field(default_factory=lambda: secrets.token_hex(6))  # this process, among replicas
-    ledger: UsageLedger = field(init=False)
-    idempotency: IdempotencyStore = field(init=False)  # Idempotency-Key claims and stored answers
-    webhooks: Webhooks = field(init=False)  # endpoints, `emit` for the job system, the delivery dispatcher
-    batch: JobsRuntime = field(init=False)  # batch jobs and files; its worker starts once the model is loaded
-    _maintenance: asyncio.Task[None] | None = None  # renews this process's claims, prunes expired keys
-    listener: Listener | None = None  # other replicas' announcements of work (Postgres only: store/notify.py)
-    model: ServedModel | None = None  # the local model (None with --no-local-model)
-    models: dict[str, ServedModel] = field(default_factory=dict)  # every served model by name, once all loaded
     tokenizers: TokenizerFactory | None = None  # an upstream model's tokenizer; None: the local model's runner
-    http: httpx.AsyncClient | None = None  # the pooled client of every upstream
-    engine: Engine | None = None
-    load_error: str | None = None
-    upstream_wait: tuple[str, float] | None = None  # (which upstream failed its checks and why, the next check's
-    # delay) while one is being checked again; /readyz says it
-    fatal: str | None = None  # a configuration that can never serve: the server exits non-zero with this
-    shutdown: Callable[[str], None] | None = None  # ends the server (api/server/run.py sets it)
-    _stop_loading: asyncio.Event = field(default_factory=asyncio.Event)
-    load_started: float = 0.0
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # this app's: engine metrics, readiness
     drain: Drain = field(default_factory=Drain)  # the shutdown drain (api/drain.py, api/server/run.py)
+    runtime: ModelRuntime = field(init=False)  # the served models, the engine, their loading
+    tenancy: Tenancy = field(init=False)  # keys, limits, idempotency, the usage ledger
+    webhooks: Webhooks = field(init=False)  # endpoints, `emit` for the job system, the delivery dispatcher
+    batch: JobsRuntime = field(init=False)  # batch jobs and files; its worker starts once the model is loaded
+    listener: Listener | None = None  # other replicas' announcements of work (Postgres only: store/notify.py)
     disconnects: Counter = field(init=False)
 
     def __post_init__(self) -> None:
+        self.runtime = ModelRuntime(self.config, self.factory, self.registry, self.drain, self.tokenizers)
         ready = Gauge("sluicegate_ready", "1 once the model has loaded and the engine runs", registry=self.registry)
-        ready.set_function(lambda: 1.0 if self.models and not self.drain.draining else 0.0)
+        ready.set_function(lambda: 1.0 if self.runtime.models and not self.drain.draining else 0.0)
         self.disconnects = Counter(
             "sluicegate_client_disconnects", "requests whose client left before the exchange ended, by stage "
             "(body: while sending the request body; answer: before the response ended)", ["stage"],
             registry=self.registry)
         for stage in ("body", "answer"):  # exported at 0 from the start: a dashboard shows 0, not "no data"
             self.disconnects.labels(stage)
-        self.ledger = UsageLedger(self.store, max_pending=self.config.store.usage_max_pending)
-        self.keys = self._key_cache()
-        self.limiter = build_rate_limiter(self.config.ratelimit)  # opens no connection until first used
-        self.concurrency = build_concurrency_limiter(self.config.ratelimit, self.limiter)
-        self.budgets = MonthlyBudgets(self.store)
-        idem = self.config.idempotency
-        self.idempotency = IdempotencyStore(self.store, ttl_s=idem.ttl_hours * 3600, lease_s=idem.lease_s)
+        self.tenancy = Tenancy(self.config, self.store)
         self.webhooks = Webhooks(self.store, self.config.webhooks)
-        self.batch = JobsRuntime(self.config.jobs, self.store, self.ledger, self.webhooks)
-
-    def _key_cache(self) -> KeyCache:
-        a = self.config.auth
-        return KeyCache(self.store, ttl_s=a.key_cache_ttl_s, max_keys=a.key_cache_size,
-                        max_unknown=a.unknown_cache_size, max_queries=a.max_key_queries)
+        self.batch = JobsRuntime(self.config.jobs, self.store, self.tenancy.ledger, self.webhooks)
 
     def open_tenancy(self) -> None:
-        """At start-up, on the serving event loop: a fresh key cache (its locks belong to one loop), the
-        ledger's writer thread, the idempotency keys' upkeep, the webhook dispatcher."""
-        self.keys = self._key_cache()
-        self.ledger.start()
-        self._maintenance = asyncio.create_task(
-            maintain(self.idempotency, prune_every_s=self.config.idempotency.prune_every_s))
+        """At start-up, on the serving event loop: tenancy (api/tenancy.py), the webhook dispatcher, and with
+        Postgres the listener for other replicas' work."""
+        self.tenancy.open()
         self.webhooks.start()
         if self.store.engine.dialect.name == "postgresql":
             self.listener = Listener(self.store.url, {JOBS: lambda _payload: self.batch.wake(),
@@ -126,167 +67,25 @@ class AppState:
             await self.listener.close()
             self.listener = None
         await self.webhooks.close()
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            self._maintenance = None
-        await self.idempotency.aclose()
-        await asyncio.to_thread(self.ledger.close)
-        await self.concurrency.close()
-        await self.limiter.close()
+        await self.tenancy.close()
 
     async def load(self) -> None:
-        """Load the local model, then probe the upstreams (upstream/load.py); health answers meanwhile and
-        readiness says 503 until every model can serve."""
-        self.load_started = time.monotonic()
-        if self.config.upstream.local_model:
-            await self._load_local()
-            if self.model is None:
-                return
-        if self.config.upstream.targets:
-            self.http = new_http_client(self.config.upstream)
-            found = await self._load_upstreams(self.http)
-            if found is None:
-                return
-            ups = found
-        else:
-            ups = {}
-        models = {} if self.model is None else {self.model.identity.name: self.model}
-        if clash := models.keys() & ups.keys():
-            log.error("refusing to serve: model %s is both the local model and an upstream's; name the upstream "
-                      "(--upstream NAME=URL) or serve no local model (--no-local-model)", ", ".join(clash))
-            self.load_error = "upstream_refused"
-            return
-        models.update(ups)
-        self.models = models
-        self.upstream_wait = None
-        # batch work runs wherever a model is served, local or upstream only (an upstream engine's own slots
-        # are not known here: 4 items at once unless --batch-worker-slots says)
-        slots = self.model.runner.limits.n_slots if self.model is not None else UPSTREAM_ENGINE_SLOTS
-        self.batch.start(handlers(self.served), slots)
-
-    async def _load_upstreams(self, http: httpx.AsyncClient) -> dict[str, ServedModel] | None:
-        """Probe the upstreams until they pass (upstream/load.py). One that may yet come up (not reachable, 5xx)
-        is checked again after 1 s, doubling to `UPSTREAM_RETRY_MAX_S`, with /readyz saying which and why
-        (`upstream_wait`); one that answered what can never work (it does not serve the model, refuses the key,
-        disagrees on the tokenizer) ends the server: None, `fatal` set and `shutdown` called."""
-        delay = UPSTREAM_RETRY_FIRST_S
-        while True:
-            try:
-                found = await load_upstreams(self.config.upstream, http, self.tokenizers or self._local_tokenizer)
-                return {name: await self._served_upstream(p) for name, p in found.items()}
-            except (UpstreamRefused, OSError, ValueError) as exc:
-                why = _no_userinfo(str(exc))  # the operator's message (URLs without credentials): never a client's
-                if getattr(exc, "permanent", True):
-                    log.error("refusing to serve: %s", why)
-                    self.load_error = "upstream_refused"
-                    self.fatal = why
-                    self.upstream_wait = None
-                    if self.shutdown is not None:
-                        self.shutdown(why)
-                    return None
-                self.upstream_wait = (f"{why}; checked again in {delay:g} s", delay)
-                log.warning("upstream not ready: %s; checking again in %g s", why, delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop_loading.wait(), delay)
-                return None  # shutting down
-            delay = min(delay * 2, UPSTREAM_RETRY_MAX_S)
-
-    async def _served_upstream(self, p: Probed) -> ServedModel:
-        """An upstream model served as the local one is: its budget from the tokenizer, its window the upstream's."""
-        budget = await asyncio.to_thread(Budget.for_runner, p.runner, self.config.limits)
-        return ServedModel(p.runner, Lifted(p.client), dataclasses.replace(budget, n_ctx=p.n_ctx),
-                           identity_override=p.identity, token_ids=p.token_ids,
-                           limits_override=dataclasses.replace(p.runner.limits, n_ctx=p.n_ctx))
+        """Load the models (api/model_runtime.py); once every one serves, batch work starts, wherever a model
+        is served, local or upstream only."""
+        if await self.runtime.load():
+            self.batch.start(handlers(self.runtime.served), self.runtime.engine_slots())
 
     def stop_loading(self) -> None:
         """Shutting down: an upstream still being waited for is not checked again."""
-        self._stop_loading.set()
-
-    def _local_tokenizer(self, name: str) -> ModelRunner:
-        return self.model.runner if self.model is not None else self.factory()
-
-    async def _load_local(self) -> None:
-        try:
-            runner = await asyncio.to_thread(self.factory)
-        except Exception as exc:
-            log.exception("the model failed to load")
-            self.load_error = type(exc).__name__
-            return
-        budget = await asyncio.to_thread(Budget.for_runner, runner, self.config.limits)
-        await asyncio.to_thread(build_vocabulary, runner)  # ~0.3 s for 49k tokens: not on a request's path
-        engine = Engine(runner, self.config.engine, registry=self.registry)
-        if self.config.engine.deadline_admission:  # the forecast's step model, before /readyz says ready
-            await asyncio.to_thread(engine.calibrate)
-        engine.start()
-        if isinstance(getattr(runner, "compute_threads", None), int):  # the llama.cpp runner's
-            Gauge("sluicegate_compute_threads", "llama.cpp compute threads the last step used (fewer while other "
-                  "processes hold cores; docs/engine.md)", registry=self.registry).set_function(
-                lambda: float(getattr(runner, "compute_threads", 0)))
-        self.engine = engine
-        self.model = ServedModel(runner, AsyncEngine(engine), budget)
-        ident = runner.identity
-        log.info(
-            "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,
-            self.config.port, time.monotonic() - self.load_started,
-        )
-        if not runner.limits.batch_invariant:
-            log.warning("this runner's numerics depend on batching: a request's tokens may depend on what is "
-                        "batched with it")
-        if engine.scheduler.drafting is not None:
-            log.info("speculative decoding: adaptive (drafts where they pay, verified with the numerics of "
-                     "one-token decoding)")
-        elif self.config.engine.speculative_ngram and runner.limits.decoded_kv_exact:
-            log.info("speculative decoding is on; drafts are verified with the numerics of one-token decoding")
-        elif self.config.engine.speculative_ngram:
-            log.warning("speculative decoding is on: a greedy request's tokens may differ from one-token-at-a-time "
-                        "decoding (multi-token verification rounds differently)")
+        self.runtime.stop_loading()
 
     async def close(self) -> None:
         await self.batch.stop()  # leases handed back before the engine stops
-        for m in self.models.values():
-            client = m.engine.client if isinstance(m.engine, Lifted) else m.engine
-            if isinstance(client, AsyncUpstream):
-                await client.close()
-        if self.http is not None:
-            await self.http.aclose()
-        if self.engine is not None:
-            drain_s = 0.0 if self.drain.draining else self.config.limits.drain_s  # else drained already
-            await asyncio.to_thread(self.engine.stop, drain_s=drain_s)
-            self.engine.close()  # frees the model only if no step can still be running
-            self.engine = None
-
-    def served(self, requested: str | None = None) -> ServedModel:
-        """The model a request names (`name` or `name@version`; None: the local model, else the first
-        upstream). An unknown name is 404 model_not_found listing what is served; a served name with a
-        version it lacks is the model's own answer (`ServedModel.resolve`: model_version_not_found, listing
-        its versions), the one resolution every route shares."""
-        if self.models:
-            if requested is None:
-                return self.model or next(iter(self.models.values()))
-            found = self.models.get(requested.split("@", 1)[0])
-            if found is not None:
-                found.resolve(requested)
-                return found
-            refs = ", ".join(sorted(m.identity.ref for m in self.models.values()))
-            raise ApiError("model_not_found", f"no such model; this server serves {refs}", param="model",
-                           code="model_not_found")
-        if self.load_error is not None:
-            raise ApiError("not_ready", "the model failed to load; the operator must fix the server",
-                           code="load_failed", retry_after=60)
-        raise ApiError("not_ready", "the model is still loading", code="loading", retry_after=2)
-
-    def all_served(self) -> list[ServedModel]:
-        """Every served model, the default first; refuses (503) while loading, as `served` does."""
-        first = self.served()
-        return [first] + [m for m in self.models.values() if m is not first]
-
-
-def _no_userinfo(text: str) -> str:
-    """URLs in a message without their `user:password@`."""
-    return re.sub(r"(?<=://)[^/@\s]+@", "", text)
+        await self.runtime.close()
 
 
 def app_state(conn: HTTPConnection) -> AppState:
+    """The owner, for the service accessors (api/services.py) and the server's start and stop; not for routes."""
     state = conn.app.state.sluicegate
     assert isinstance(state, AppState)
     return state

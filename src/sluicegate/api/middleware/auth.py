@@ -36,7 +36,7 @@ from sluicegate.telemetry import tracing
 from sluicegate.tenancy.keys import ALL_SCOPES, KEY_LENGTH, PREFIX, KeyRecord, acceptable
 
 if TYPE_CHECKING:
-    from sluicegate.api.state import AppState
+    from sluicegate.api.tenancy import Tenancy
 
 log = logging.getLogger("sluicegate.auth")
 
@@ -112,9 +112,9 @@ def api_key_of(scope: Scope) -> KeyRecord | None:
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, state: AppState) -> None:
+    def __init__(self, app: ASGIApp, tenancy: Tenancy) -> None:
         self.app = app
-        self.state = state
+        self.tenancy = tenancy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):  # lifespan
@@ -146,11 +146,11 @@ class AuthMiddleware:
             await self.app(scope, receive, watch)
         finally:
             usage = ctx.used()
-            self.state.ledger.record(ctx.key_id, route.path, usage.prompt_tokens, usage.cached_tokens,
-                                     usage.generated_tokens, watch.status or 500, request_id=ctx.request_id)
+            self.tenancy.ledger.record(ctx.key_id, route.path, usage.prompt_tokens, usage.cached_tokens,
+                                       usage.generated_tokens, watch.status or 500, request_id=ctx.request_id)
 
     async def _authenticate(self, scope: Scope, route: Route, ctx: RequestContext) -> ApiError | None:
-        keys = self.state.keys
+        keys = self.tenancy.keys
         try:
             if not await keys.enforced():
                 ctx.scopes = ALL_SCOPES

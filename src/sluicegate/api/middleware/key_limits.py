@@ -35,7 +35,7 @@ from sluicegate.tenancy.ratelimit import Decision, Outcome, RateLimiterUnavailab
 from sluicegate.tenancy.ratelimit.headers import ceil_ms, ceil_seconds, go_duration
 
 if TYPE_CHECKING:
-    from sluicegate.api.state import AppState
+    from sluicegate.api.tenancy import Tenancy
 
 log = logging.getLogger("sluicegate.ratelimit")
 
@@ -63,35 +63,35 @@ def concurrency_refusal(limit: int) -> ApiError:
 
 
 class KeyLimitsMiddleware:
-    def __init__(self, app: ASGIApp, state: AppState) -> None:
+    def __init__(self, app: ASGIApp, tenancy: Tenancy) -> None:
         self.app = app
-        self.state = state
+        self.tenancy = tenancy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = api_key_of(scope) if scope["type"] == "http" else None
         if key is None or scope.get("method") != "POST" or not route_for(scope["path"]).work:
             await self.app(scope, receive, send)
             return
-        rl = self.state.config.ratelimit
+        rl = self.tenancy.config.ratelimit
         rpm = key.rpm if key.rpm is not None else rl.default_rpm
         most = key.max_concurrent if key.max_concurrent is not None else rl.default_max_concurrent
         if rpm is None and most is None:
             await self.app(scope, receive, send)
             return
         ctx = context_of(scope)
-        holder = f"{self.state.instance}:{ctx.engine_id}"
+        holder = f"{self.tenancy.instance}:{ctx.engine_id}"
         held = False
         try:
             headers: dict[str, str] = {}
             try:
                 if most is not None:
-                    slot = await self.state.concurrency.acquire(key.id, holder, most)
+                    slot = await self.tenancy.concurrency.acquire(key.id, holder, most)
                     if not slot.granted:
                         await send_error(send, concurrency_refusal(most), ctx.request_id)
                         return
                     held = True
                 if rpm is not None:
-                    d = await self.state.limiter.reserve(f"{key.id}:requests", 1, TokenLimit(burst=rpm, tpm=rpm))
+                    d = await self.tenancy.limiter.reserve(f"{key.id}:requests", 1, TokenLimit(burst=rpm, tpm=rpm))
                     if d.outcome is Outcome.LIMITED:
                         await send_error(send, requests_refusal(d), ctx.request_id)
                         return
@@ -111,7 +111,7 @@ class KeyLimitsMiddleware:
             await self.app(scope, receive, send_with_headers)
         finally:
             if held:
-                await self.state.concurrency.release(key.id, holder)
+                await self.tenancy.concurrency.release(key.id, holder)
 
 
 __all__ = ["KeyLimitsMiddleware", "concurrency_refusal", "request_headers", "requests_refusal"]

@@ -44,7 +44,7 @@ from sluicegate.tenancy.ratelimit import (
 )
 
 if TYPE_CHECKING:
-    from sluicegate.api.state import AppState
+    from sluicegate.api.tenancy import Tenancy
 
 BUDGET = "tokens (prompt plus generated) per calendar month, UTC"
 
@@ -147,18 +147,18 @@ def reservation_of(scope: Scope) -> Reservation | None:
 
 
 class RateLimitMiddleware:
-    def __init__(self, app: ASGIApp, state: AppState) -> None:
+    def __init__(self, app: ASGIApp, tenancy: Tenancy) -> None:
         self.app = app
-        self.state = state
+        self.tenancy = tenancy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = api_key_of(scope) if scope["type"] == "http" else None
-        limit = resolve_limit(key.tpm, key.burst, self.state.config.ratelimit) if key is not None else None
+        limit = resolve_limit(key.tpm, key.burst, self.tenancy.config.ratelimit) if key is not None else None
         if key is None or (limit is None and key.monthly_tokens is None):
             await self.app(scope, receive, send)
             return
         ctx = context_of(scope)
-        admission = KeyAdmission(self.state.limiter, key.id, limit, self.state.budgets, key.monthly_tokens)
+        admission = KeyAdmission(self.tenancy.limiter, key.id, limit, self.tenancy.budgets, key.monthly_tokens)
         scope.setdefault("state", {})[_RESERVATION] = admission
 
         async def send_with_headers(message: Message) -> None:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request, Response
 from sluicegate.api.jsonbody import parse_json, validate
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import error_responses, json_reply, refuse_query, require_json
-from sluicegate.api.state import app_state
+from sluicegate.api.services import store_of
 from sluicegate.protocol.admin_keys import KeyCreate, KeyList, KeyOut, KeyUpdate
 from sluicegate.serving.errors import ApiError
 from sluicegate.tenancy import keys as k
@@ -42,7 +42,7 @@ def key_out(r: k.KeyRecord, secret: str | None = None) -> KeyOut:
 
 async def _store(request: Request, call: Callable[..., T], *args: object, **kw: object) -> T:
     try:
-        return await asyncio.to_thread(call, app_state(request).store, *args, **kw)
+        return await asyncio.to_thread(call, store_of(request), *args, **kw)
     except k.KeyRevoked as exc:
         raise ApiError("invalid_request", str(exc), param="key_id", code="key_revoked") from None
     except ValueError as exc:  # the rules of tenancy/keys.py: the message names the field

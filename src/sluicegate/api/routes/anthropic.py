@@ -21,8 +21,8 @@ from sluicegate.api.envelope import error_response
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import json_reply, work_doc
 from sluicegate.api.routes.openai import read_openai, serve
+from sluicegate.api.services import Runtime
 from sluicegate.api.sse import ANTHROPIC_FRAMING
-from sluicegate.api.state import app_state
 from sluicegate.protocol.anthropic_messages import (
     CountTokensRequest,
     Message,
@@ -119,11 +119,11 @@ async def create_message(request: Request) -> Response:
     openapi_extra=_body("CountTokensRequest"),
     responses=_errors(work=False),
 )
-async def count_tokens(request: Request) -> Response:
+async def count_tokens(request: Request, runtime: Runtime) -> Response:
     ctx = context_of(request.scope)
     try:
         req = await read_openai(request, CountTokensRequest, count_tokens_refusal)
-        model = app_state(request).served(req.model)
+        model = runtime.served(req.model)
         return json_reply(await messages.count_tokens(model, req), ctx)
     except ApiError as exc:
         return error_response(exc, ctx.request_id)

@@ -16,9 +16,10 @@ from fastapi.responses import StreamingResponse
 from sluicegate.api.envelope import error_response
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply, refuse_query
-from sluicegate.api.state import AppState, app_state
+from sluicegate.api.services import Jobs, Settings, jobs_of
 from sluicegate.jobs import states as S
 from sluicegate.jobs.create import SeedJob, parse_list
+from sluicegate.jobs.runtime import JobsRuntime
 from sluicegate.jobs.store import JobView
 from sluicegate.protocol.batches import (
     BatchPrediction,
@@ -76,32 +77,32 @@ def result_of(item: BatchItem) -> BatchPredictionResult:
     return BatchPredictionResult(line=item.line, status="pending")
 
 
-async def _view(state: AppState, job_id: str, key_id: str | None) -> JobView:
-    view = await asyncio.to_thread(state.batch.jobs.view, job_id, key_id, shape="seed")
+async def _view(jobs: JobsRuntime, job_id: str, key_id: str | None) -> JobView:
+    view = await asyncio.to_thread(jobs.jobs.view, job_id, key_id, shape="seed")
     if view is None:
         raise ApiError("not_found", "no such batch prediction for this API key", param="id", code="not_found")
     return view
 
 
-async def _unknown(state: AppState, job_id: str, ctx: RequestContext) -> Response | None:
+async def _unknown(jobs: JobsRuntime, job_id: str, ctx: RequestContext) -> Response | None:
     """The error answer when the caller has no such job; None when it has."""
     try:
-        await _view(state, job_id, ctx.key_id)
+        await _view(jobs, job_id, ctx.key_id)
     except ApiError as exc:
         return error_response(exc, ctx.request_id)
     return None
 
 
-async def _cancel(state: AppState, job_id: str, key_id: str | None) -> JobView:
-    return await cancel_and_view(state, job_id, key_id, _view)
+async def _cancel(jobs: JobsRuntime, job_id: str, key_id: str | None) -> JobView:
+    return await cancel_and_view(jobs, job_id, key_id, _view)
 
 
 async def _reply(request: Request, job_id: str,
-                 view: Callable[[AppState, str, str | None], Awaitable[JobView]]) -> Response:
+                 view: Callable[[JobsRuntime, str, str | None], Awaitable[JobView]]) -> Response:
     """The job as `view` leaves it, or the error it raised."""
     ctx = context_of(request.scope)
     try:
-        return json_reply(seed_object(await view(app_state(request), job_id, ctx.key_id)), ctx)
+        return json_reply(seed_object(await view(jobs_of(request), job_id, ctx.key_id)), ctx)
     except ApiError as exc:
         return error_response(exc, ctx.request_id)
 
@@ -112,11 +113,10 @@ async def _reply(request: Request, job_id: str,
                  "type": "array", "items": {}, "description": "prediction requests (PredictionRequest); an item that "
                  "is not one fails alone, its result naming the error; or the same as JSONL "
                  "(application/jsonl), one a line"}}}}})
-async def create(request: Request) -> Response:
+async def create(request: Request, batch: Jobs, config: Settings) -> Response:
     ctx = context_of(request.scope)
-    state = app_state(request)
     ctype = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    job = SeedJob(state.batch.jobs, state.config.jobs, state.config.limits.estimate_new_tokens, ctx.key_id)
+    job = SeedJob(batch.jobs, config.jobs, config.limits.estimate_new_tokens, ctx.key_id)
     try:
         refuse_query(request)
         if ctype in JSONL_TYPES:
@@ -128,8 +128,8 @@ async def create(request: Request) -> Response:
                            "(application/jsonl)", code="wrong_content_type")
     except Rejected as exc:  # the serving layer's ApiError, or a job limit's or the body's refusal
         return error_response(exc, ctx.request_id)
-    state.batch.wake()
-    out = seed_object(await _view(state, job_id, ctx.key_id)).model_copy(update={"status": "queued"})
+    batch.wake()
+    out = seed_object(await _view(batch, job_id, ctx.key_id)).model_copy(update={"status": "queued"})
     reply = json_reply(out, ctx)
     reply.status_code = 202
     reply.headers["Location"] = out.poll_url
@@ -138,9 +138,10 @@ async def create(request: Request) -> Response:
 
 @router.get(BASE, response_model=BatchPredictionList, summary="This key's batch predictions, newest first",
             responses=ERRORS)
-async def list_jobs(request: Request, limit: int = Query(20, ge=1, le=100), after: str | None = None) -> Response:
+async def list_jobs(request: Request, batch: Jobs, limit: int = Query(20, ge=1, le=100),
+                    after: str | None = None) -> Response:
     ctx = context_of(request.scope)
-    views = await asyncio.to_thread(app_state(request).batch.jobs.list_jobs, ctx.key_id, "seed", limit=limit + 1,
+    views = await asyncio.to_thread(batch.jobs.list_jobs, ctx.key_id, "seed", limit=limit + 1,
                                     after=after)
     return json_reply(BatchPredictionList(data=[seed_object(v) for v in views[:limit]],
                                           has_more=len(views) > limit), ctx)
@@ -160,13 +161,12 @@ async def cancel_job(request: Request, job_id: str) -> Response:
 
 @router.get(BASE + "/{job_id}/results", response_model=BatchPredictionResults, responses=ERRORS,
             summary="Results in input order, a page at a time (`after`: the last line seen)")
-async def results(request: Request, job_id: str, after: int = Query(0, ge=0),
+async def results(request: Request, job_id: str, batch: Jobs, after: int = Query(0, ge=0),
                   limit: int = Query(100, ge=1, le=1000)) -> Response:
     ctx = context_of(request.scope)
-    state = app_state(request)
-    if (refused := await _unknown(state, job_id, ctx)) is not None:
+    if (refused := await _unknown(batch, job_id, ctx)) is not None:
         return refused
-    items = await asyncio.to_thread(state.batch.jobs.items, job_id, after_line=after, limit=limit + 1)
+    items = await asyncio.to_thread(batch.jobs.items, job_id, after_line=after, limit=limit + 1)
     page = [result_of(i) for i in items[:limit]]
     more = len(items) > limit
     return json_reply(BatchPredictionResults(data=page, has_more=more, next_after=page[-1].line if more else None),
@@ -176,12 +176,11 @@ async def results(request: Request, job_id: str, after: int = Query(0, ge=0),
 @router.get(BASE + "/{job_id}/results.jsonl", responses={
     200: {"content": {"application/jsonl": {"schema": {"type": "string"}}}}, **ERRORS},
             summary="Every result as JSONL, streamed")
-async def download(request: Request, job_id: str) -> Response:
+async def download(request: Request, job_id: str, batch: Jobs) -> Response:
     ctx = context_of(request.scope)
-    state = app_state(request)
-    if (refused := await _unknown(state, job_id, ctx)) is not None:
+    if (refused := await _unknown(batch, job_id, ctx)) is not None:
         return refused
-    jobs = state.batch.jobs
+    jobs = batch.jobs
 
     async def lines() -> AsyncIterator[bytes]:
         after = 0

@@ -16,8 +16,9 @@ from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply
 from sluicegate.api.routes.files import not_found, ts
 from sluicegate.api.routes.openai import read_openai
-from sluicegate.api.state import AppState, app_state
+from sluicegate.api.services import Jobs, Settings
 from sluicegate.jobs.create import create_openai
+from sluicegate.jobs.runtime import JobsRuntime
 from sluicegate.jobs.store import JobView
 from sluicegate.protocol.batches import BatchCreateRequest, BatchErrors, BatchList, BatchObject, RequestCounts
 from sluicegate.refusal import Rejected
@@ -41,8 +42,8 @@ def batch_object(v: JobView) -> BatchObject:
     )
 
 
-async def _view(state: AppState, batch_id: str, key_id: str | None) -> JobView:
-    view = await asyncio.to_thread(state.batch.jobs.view, batch_id, key_id, shape="openai")
+async def _view(jobs: JobsRuntime, batch_id: str, key_id: str | None) -> JobView:
+    view = await asyncio.to_thread(jobs.jobs.view, batch_id, key_id, shape="openai")
     if view is None:
         raise not_found("batch", "batch_id")
     return view
@@ -51,31 +52,31 @@ async def _view(state: AppState, batch_id: str, key_id: str | None) -> JobView:
 @router.post("/v1/batches", response_model=BatchObject, summary="Create a batch from an uploaded JSONL file",
              responses=ERRORS, openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/BatchCreateRequest"}}}}})
-async def create_batch(request: Request) -> Response:
+async def create_batch(request: Request, batch: Jobs, config: Settings) -> Response:
     ctx = context_of(request.scope)
-    state = app_state(request)
     try:
         req = await read_openai(request, BatchCreateRequest, lambda _body: None)
-        files = state.batch.files
+        files = batch.files
         if await asyncio.to_thread(files.get, req.input_file_id, ctx.key_id) is None:
             raise not_found("file", "input_file_id")
         job_id = await asyncio.to_thread(
-            create_openai, state.batch.jobs, files, state.config.jobs, state.config.limits.estimate_new_tokens,
+            create_openai, batch.jobs, files, config.jobs, config.limits.estimate_new_tokens,
             key_id=ctx.key_id, input_file_id=req.input_file_id, endpoint=req.endpoint,
             window=req.completion_window, meta=req.metadata)
-        view = await _view(state, job_id, ctx.key_id)
+        view = await _view(batch, job_id, ctx.key_id)
         if view.job.status == "failed":  # validation failed it: announced now, as the finalizer does the others
-            await asyncio.to_thread(state.batch.announce, view.job, "failed")
-        state.batch.wake()
+            await asyncio.to_thread(batch.announce, view.job, "failed")
+        batch.wake()
         return json_reply(batch_object(view), ctx)
     except Rejected as exc:  # the serving layer's ApiError, or a job limit's refusal
         return openai_error_response(exc, ctx.request_id)
 
 
 @router.get("/v1/batches", response_model=BatchList, summary="This key's batches, newest first", responses=ERRORS)
-async def list_batches(request: Request, limit: int = Query(20, ge=1, le=100), after: str | None = None) -> Response:
+async def list_batches(request: Request, batch: Jobs, limit: int = Query(20, ge=1, le=100),
+                       after: str | None = None) -> Response:
     ctx = context_of(request.scope)
-    jobs = app_state(request).batch.jobs
+    jobs = batch.jobs
     views = await asyncio.to_thread(jobs.list_jobs, ctx.key_id, "openai", limit=limit + 1, after=after)
     data = [batch_object(v) for v in views[:limit]]
     return json_reply(BatchList(data=data, first_id=data[0].id if data else None,
@@ -83,20 +84,20 @@ async def list_batches(request: Request, limit: int = Query(20, ge=1, le=100), a
 
 
 @router.get("/v1/batches/{batch_id}", response_model=BatchObject, summary="One batch", responses=ERRORS)
-async def get_batch(request: Request, batch_id: str) -> Response:
+async def get_batch(request: Request, batch_id: str, batch: Jobs) -> Response:
     ctx = context_of(request.scope)
     try:
-        return json_reply(batch_object(await _view(app_state(request), batch_id, ctx.key_id)), ctx)
+        return json_reply(batch_object(await _view(batch, batch_id, ctx.key_id)), ctx)
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
 
 
 @router.post("/v1/batches/{batch_id}/cancel", response_model=BatchObject,
              summary="Cancel a batch: requests not started never run, running ones abort", responses=ERRORS)
-async def cancel_batch(request: Request, batch_id: str) -> Response:
+async def cancel_batch(request: Request, batch_id: str, batch: Jobs) -> Response:
     ctx = context_of(request.scope)
     try:
-        view = await cancel_and_view(app_state(request), batch_id, ctx.key_id, _view)
+        view = await cancel_and_view(batch, batch_id, ctx.key_id, _view)
         if view.job.status not in ("cancelling", "cancelled"):
             raise ApiError("invalid_request", f"the batch is {view.job.status}: only a batch that has not finished "
                            "can be cancelled", param="batch_id", code="batch_not_cancellable")

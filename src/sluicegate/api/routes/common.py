@@ -13,8 +13,9 @@ from pydantic import BaseModel
 from sluicegate.api.envelope import envelope
 from sluicegate.api.jsonbody import parse_json, validate
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.state import AppState, app_state
+from sluicegate.api.services import runtime_of
 from sluicegate.api.validation import plain_name
+from sluicegate.jobs.runtime import JobsRuntime
 from sluicegate.jobs.store import JobView
 from sluicegate.serving import deadline
 from sluicegate.serving.context import RequestContext
@@ -57,7 +58,7 @@ async def read_request(request: Request, model: type[M]) -> tuple[M, RequestCont
     parsed = validate(data, model)
     ctx.stage("validate", t)
     requested = getattr(parsed, "model", None)
-    return parsed, ctx, app_state(request).served(requested if isinstance(requested, str) else None)
+    return parsed, ctx, runtime_of(request).served(requested if isinstance(requested, str) else None)
 
 
 async def read_work(request: Request, model: type[M]) -> tuple[M, ServedModel]:
@@ -73,14 +74,14 @@ def json_reply(payload: BaseModel, ctx: RequestContext) -> Response:
     return Response(body, media_type="application/json")
 
 
-async def cancel_and_view(state: AppState, job_id: str, key_id: str | None,
-                          view: Callable[[AppState, str, str | None], Awaitable[JobView]]) -> JobView:
+async def cancel_and_view(jobs: JobsRuntime, job_id: str, key_id: str | None,
+                          view: Callable[[JobsRuntime, str, str | None], Awaitable[JobView]]) -> JobView:
     """Cancel one of the caller's batch jobs and return it as it stands after; `view` refuses a job that is not
     the caller's (or none), before anything is cancelled."""
-    await view(state, job_id, key_id)
-    if await asyncio.to_thread(state.batch.jobs.cancel, job_id):
-        state.batch.cancelled(job_id)
-    return await view(state, job_id, key_id)
+    await view(jobs, job_id, key_id)
+    if await asyncio.to_thread(jobs.jobs.cancel, job_id):
+        jobs.cancelled(job_id)
+    return await view(jobs, job_id, key_id)
 
 
 def idempotency_doc() -> dict[str, Any]:

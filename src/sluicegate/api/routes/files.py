@@ -18,7 +18,7 @@ from python_multipart.exceptions import FormParserError
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.api.routes.common import error_responses, json_reply
-from sluicegate.api.state import app_state
+from sluicegate.api.services import Jobs, Settings, jobs_of
 from sluicegate.api.upload import Quota, multipart_file
 from sluicegate.jobs.files import FileInfo
 from sluicegate.protocol.batches import FileDeleted, FileList, FileObject
@@ -46,12 +46,11 @@ def not_found(what: str, param: str) -> ApiError:
                  "schema": {"type": "object", "required": ["file", "purpose"], "properties": {
                      "file": {"type": "string", "format": "binary", "description": "JSONL, one request a line"},
                      "purpose": {"type": "string", "enum": ["batch"]}}}}}}})
-async def upload_file(request: Request) -> Response:
+async def upload_file(request: Request, batch: Jobs, config: Settings) -> Response:
     ctx = context_of(request.scope)
-    state = app_state(request)
-    cfg = state.config.jobs
+    cfg = config.jobs
     ttl = None if cfg.file_ttl_hours is None else cfg.file_ttl_hours * 3600
-    files = state.batch.files
+    files = batch.files
     try:
         try:
             quota = Quota(cfg.max_stored_bytes, await asyncio.to_thread(files.bytes_of_key, ctx.key_id))
@@ -74,11 +73,11 @@ async def upload_file(request: Request) -> Response:
 
 @router.get("/v1/files", response_model=FileList, summary="List this key's files", responses=ERRORS)
 async def list_files(
-    request: Request, purpose: str | None = None, limit: int = Query(10000, ge=1, le=10000),
+    request: Request, batch: Jobs, purpose: str | None = None, limit: int = Query(10000, ge=1, le=10000),
     after: str | None = None, order: Literal["asc", "desc"] = "desc",
 ) -> Response:
     ctx = context_of(request.scope)
-    files = app_state(request).batch.files
+    files = batch.files
     rows = await asyncio.to_thread(files.list_files, ctx.key_id, purpose=purpose, limit=limit + 1, after=after,
                                    newest_first=order == "desc")
     data = [file_object(f) for f in rows[:limit]]
@@ -88,7 +87,7 @@ async def list_files(
 
 async def _own(request: Request, file_id: str) -> FileInfo:
     ctx = context_of(request.scope)
-    info = await asyncio.to_thread(app_state(request).batch.files.get, file_id, ctx.key_id)
+    info = await asyncio.to_thread(jobs_of(request).files.get, file_id, ctx.key_id)
     if info is None:
         raise not_found("file", "file_id")
     return info
@@ -104,9 +103,9 @@ async def get_file(request: Request, file_id: str) -> Response:
 
 
 @router.delete("/v1/files/{file_id}", response_model=FileDeleted, summary="Delete a file", responses=ERRORS)
-async def delete_file(request: Request, file_id: str) -> Response:
+async def delete_file(request: Request, file_id: str, batch: Jobs) -> Response:
     ctx = context_of(request.scope)
-    files = app_state(request).batch.files
+    files = batch.files
     try:
         await _own(request, file_id)
         if await asyncio.to_thread(files.in_use, file_id):
@@ -120,9 +119,9 @@ async def delete_file(request: Request, file_id: str) -> Response:
 
 @router.get("/v1/files/{file_id}/content", summary="A file's content (JSONL), streamed",
             responses={200: {"content": {"application/octet-stream": {"schema": {"type": "string"}}}}, **ERRORS})
-async def file_content(request: Request, file_id: str) -> Response:
+async def file_content(request: Request, file_id: str, batch: Jobs) -> Response:
     ctx = context_of(request.scope)
-    files = app_state(request).batch.files
+    files = batch.files
     try:
         info = await _own(request, file_id)
     except ApiError as exc:

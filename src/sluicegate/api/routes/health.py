@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from sluicegate.api.drain import shutting_down
 from sluicegate.api.envelope import error_response
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.state import app_state
+from sluicegate.api.services import DrainDep, Runtime
 from sluicegate.serving.errors import ApiError
 
 router = APIRouter(tags=["operations"])
@@ -20,19 +20,18 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="The model is loaded and the engine takes requests")
-async def readyz(request: Request) -> JSONResponse:
-    state = app_state(request)
-    if state.drain.draining:  # first, so that a load balancer stops sending before anything is refused
+async def readyz(request: Request, drain: DrainDep, runtime: Runtime) -> JSONResponse:
+    if drain.draining:  # first, so that a load balancer stops sending before anything is refused
         return error_response(shutting_down(), context_of(request.scope).request_id)
     try:
-        model = state.served()
+        model = runtime.served()
     except ApiError as exc:
         refusal = exc
-        if state.fatal is not None:  # which upstream, and why (the operator's message, no credentials)
-            refusal = ApiError("not_ready", f"this configuration cannot serve: {state.fatal}", code="load_failed",
+        if runtime.fatal is not None:  # which upstream, and why (the operator's message, no credentials)
+            refusal = ApiError("not_ready", f"this configuration cannot serve: {runtime.fatal}", code="load_failed",
                            retry_after=60)
-        elif state.upstream_wait is not None:
-            why, delay = state.upstream_wait
+        elif runtime.upstream_wait is not None:
+            why, delay = runtime.upstream_wait
             refusal = ApiError("not_ready", f"waiting for an upstream: {why}", code="upstream_starting",
                            retry_after=max(1, round(delay)))
         return error_response(refusal, context_of(request.scope).request_id)

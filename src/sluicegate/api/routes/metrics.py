@@ -6,18 +6,18 @@ and the process-wide default one (the error-envelope counter, process CPU, memor
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sluicegate.api.state import app_state
+from sluicegate.api.services import Registry
 
 router = APIRouter(tags=["operations"])
 
 
 @router.get("/metrics", summary="Engine and process metrics (Prometheus text format)", response_class=Response)
-async def metrics(request: Request) -> Response:
-    body = generate_latest(app_state(request).registry) + generate_latest(REGISTRY)
+async def metrics(registry: Registry) -> Response:
+    body = generate_latest(registry) + generate_latest(REGISTRY)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

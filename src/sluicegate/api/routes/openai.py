@@ -20,8 +20,8 @@ from sluicegate.api.jsonbody import parse_json
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_envelope, openai_error_response
 from sluicegate.api.routes.common import json_reply, refuse_query, require_json, work_doc
+from sluicegate.api.services import Runtime, Settings, runtime_of
 from sluicegate.api.sse import OPENAI_FRAMING, Framing
-from sluicegate.api.state import app_state
 from sluicegate.api.work import Dialect
 from sluicegate.protocol import openai_chat, openai_completions
 from sluicegate.protocol.common import ErrorEnvelope
@@ -137,7 +137,7 @@ async def serve(
 
     async def read() -> tuple[M, ServedModel]:
         req = await read_openai(request, schema, refuse)
-        return req, app_state(request).served(getattr(req, "model", None))
+        return req, runtime_of(request).served(getattr(req, "model", None))
 
     return await work.serve(request, read, surface, Dialect(render, render_event, framing))
 
@@ -149,10 +149,10 @@ def _model_object(served: ServedModel) -> OpenAIModel:
 @router.get(
     "/v1/models", response_model=ModelList, summary="The served models, OpenAI-shaped", responses=errors_doc()
 )
-async def list_models(request: Request) -> Response:
+async def list_models(request: Request, runtime: Runtime) -> Response:
     ctx = context_of(request.scope)
     try:
-        return json_reply(ModelList(data=[_model_object(m) for m in app_state(request).all_served()]), ctx)
+        return json_reply(ModelList(data=[_model_object(m) for m in runtime.all_served()]), ctx)
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
 
@@ -163,10 +163,9 @@ async def list_models(request: Request) -> Response:
     summary="One model: OpenAI's fields, then versions, digest, window, every limit, schemas, defaults",
     responses=errors_doc(),
 )
-async def get_model(request: Request, model_id: str) -> Response:
+async def get_model(request: Request, model_id: str, runtime: Runtime, config: Settings) -> Response:
     ctx = context_of(request.scope)
     try:
-        state = app_state(request)
-        return json_reply(describe(state.served(model_id), state.config, model_id), ctx)
+        return json_reply(describe(runtime.served(model_id), config, model_id), ctx)
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)

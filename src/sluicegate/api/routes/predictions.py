@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import error_responses, idempotency_doc, read_work
-from sluicegate.api.state import app_state
+from sluicegate.api.services import store_of
 from sluicegate.api.validation import plain_name
 from sluicegate.api.work import serve
 from sluicegate.protocol.predictions import Prediction, PredictionList, PredictionRequest
@@ -41,7 +41,7 @@ def _owner(ctx: RequestContext) -> str:
 
 
 async def _save(request: Request, ctx: RequestContext, record: Prediction) -> None:
-    store = app_state(request).store
+    store = store_of(request)
     try:
         await asyncio.to_thread(stored.save, store, id=record.id, key_id=_owner(ctx),
                                 created_at=dt.datetime.now(dt.UTC), model=record.model.ref,
@@ -78,7 +78,7 @@ async def get_prediction(request: Request, prediction_id: str) -> Response:
     body = None
     if _ID.fullmatch(prediction_id):
         try:
-            body = await asyncio.to_thread(stored.get, app_state(request).store, _owner(ctx), prediction_id)
+            body = await asyncio.to_thread(stored.get, store_of(request), _owner(ctx), prediction_id)
         except Exception:
             log.exception("%s predictions cannot be read", ctx.request_id)
             raise ApiError("store_unavailable", "predictions cannot be read right now", retry_after=1) from None
@@ -110,7 +110,7 @@ async def list_predictions(
         raise ApiError("invalid_request", "after must be a prediction id (pred_...)", param="after",
                        code="invalid_cursor")
     try:
-        page = await asyncio.to_thread(stored.page, app_state(request).store, _owner(ctx), limit=limit,
+        page = await asyncio.to_thread(stored.page, store_of(request), _owner(ctx), limit=limit,
                                        after=after)
     except stored.UnknownCursor:
         raise ApiError("invalid_request", "after names no prediction of this API key", param="after",

@@ -22,7 +22,7 @@ from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.api.routes.common import work_doc
 from sluicegate.api.routes.openai import STREAM_DOC, body_doc, errors_doc, serve
-from sluicegate.api.state import app_state
+from sluicegate.api.services import store_of
 from sluicegate.api.validation import plain_name
 from sluicegate.protocol.openai_responses import (
     ID_PATTERN,
@@ -122,7 +122,7 @@ _RESPONSES_STREAM_DOC = {"200": {**STREAM_DOC["200"], "description": "with strea
     responses=errors_doc(work=True),
 )
 async def create_response(request: Request) -> Response:
-    return await serve(request, ResponseCreateRequest, responses_refusal, _Surface(app_state(request).store))
+    return await serve(request, ResponseCreateRequest, responses_refusal, _Surface(store_of(request)))
 
 
 def _no_query(request: Request, allowed: tuple[str, ...] = ()) -> None:
@@ -145,7 +145,7 @@ async def get_response(request: Request, response_id: str) -> Response:
     try:
         _no_query(request)
         _check_id(response_id)
-        found = await _load(app_state(request).store, ctx, response_id, "response_id")
+        found = await _load(store_of(request), ctx, response_id, "response_id")
     except ApiError as exc:
         return openai_error_response(exc, ctx.request_id)
     return Response(found.body, media_type="application/json")
@@ -159,7 +159,7 @@ async def delete_response(request: Request, response_id: str) -> Response:
         _no_query(request)
         _check_id(response_id)
         try:
-            gone = await asyncio.to_thread(stored.remove, app_state(request).store, _owner(ctx), response_id)
+            gone = await asyncio.to_thread(stored.remove, store_of(request), _owner(ctx), response_id)
         except Exception:
             raise _unavailable(ctx, "deleted") from None
         if not gone:
@@ -187,7 +187,7 @@ async def list_input_items(
     try:
         _no_query(request, ("limit", "order", "after"))
         _check_id(response_id)
-        found = await _load(app_state(request).store, ctx, response_id, "response_id")
+        found = await _load(store_of(request), ctx, response_id, "response_id")
         items: list[dict[str, Any]] = json.loads(found.items)
         if order == "desc":
             items.reverse()

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import error_responses, json_reply
-from sluicegate.api.state import app_state
+from sluicegate.api.services import TenancyDep
 from sluicegate.api.validation import plain_name
 from sluicegate.protocol.usage import UsageDay, UsageList
 from sluicegate.serving.errors import ApiError
@@ -27,7 +27,7 @@ ERRORS = ("invalid_request", "authentication_required", "permission_denied", "st
                 "with `?key_id=`; another key's id without `admin` is refused (403).",
     responses=error_responses(*ERRORS),
 )
-async def usage(request: Request, key_id: str | None = None) -> Response:
+async def usage(request: Request, tenancy: TenancyDep, key_id: str | None = None) -> Response:
     ctx = context_of(request.scope)
     for name in request.query_params:
         if name != "key_id":
@@ -39,7 +39,7 @@ async def usage(request: Request, key_id: str | None = None) -> Response:
     if key_id is not None and key_id != ctx.key_id and not admin:
         raise ApiError("permission_denied", "another key's usage needs the 'admin' scope", param="key_id",
                        code="missing_scope")
-    ledger = app_state(request).ledger
+    ledger = tenancy.ledger
     try:
         await asyncio.to_thread(ledger.flush)  # this process's finished requests are in the answer
         if admin and key_id is None:

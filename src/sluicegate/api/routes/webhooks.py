@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request, Response
 from sluicegate.api.jsonbody import parse_json, validate
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import error_responses, json_reply, refuse_query, require_json
-from sluicegate.api.state import app_state
+from sluicegate.api.services import Settings, WebhooksDep, store_of
 from sluicegate.api.validation import plain_name
 from sluicegate.protocol.webhooks import (
     WebhookDeliveryList,
@@ -61,7 +61,7 @@ def _delivery(d: WebhookDelivery) -> WebhookDeliveryOut:
 
 async def _store(request: Request, call: Callable[..., T], *args: object, **kw: object) -> T:
     try:
-        return await asyncio.to_thread(call, app_state(request).store, *args, **kw)
+        return await asyncio.to_thread(call, store_of(request), *args, **kw)
     except db.TooManyEndpoints:
         raise
     except Exception:
@@ -81,17 +81,16 @@ def _owner(request: Request) -> str:
         "schema": {"$ref": "#/components/schemas/WebhookEndpointCreate"}}}}},
     responses=error_responses("invalid_json", "unsupported_media_type", *ERRORS),
 )
-async def create_endpoint(request: Request) -> Response:
+async def create_endpoint(request: Request, webhooks: WebhooksDep, config: Settings) -> Response:
     ctx = context_of(request.scope)
     require_json(request)
     refuse_query(request)
     req = validate(parse_json(await request.body()), WebhookEndpointCreate)  # no model needed: works while loading
-    state = app_state(request)
     try:
-        await state.webhooks.guard.target(req.url)
+        await webhooks.guard.target(req.url)
     except UnsafeUrl as exc:
         raise ApiError("invalid_request", str(exc), param="url", code=exc.code) from None
-    limit = state.config.webhooks.max_endpoints_per_key
+    limit = config.webhooks.max_endpoints_per_key
     try:
         ep = await _store(request, db.create_endpoint, _owner(request), req.url, list(req.event_types), limit)
     except db.TooManyEndpoints:

@@ -87,11 +87,11 @@ class Server(uvicorn.Server):
 
     async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
-        self.state.shutdown = self._fatal
+        self.state.runtime.shutdown = self._fatal
         await super().serve(sockets)  # type: ignore[arg-type]
 
     def _fatal(self, why: str) -> None:
-        """A configuration that can never serve (api/state.py): shut down; `serve_app` then exits non-zero."""
+        """A configuration that can never serve (api/model_runtime.py): shut down; `serve_app` then exits non-zero."""
         if not self._signalled:
             self._signalled = True
             self._start_drain("the configuration cannot serve")
@@ -122,8 +122,8 @@ class Server(uvicorn.Server):
             if not await drain.wait_idle(limit):
                 n = drain.cut()
                 log.warning("drain time over: ending the %d requests still running", n)
-            if state.engine is not None:
-                await asyncio.to_thread(state.engine.stop, drain_s=0.0)
+            if state.runtime.engine is not None:
+                await asyncio.to_thread(state.runtime.engine.stop, drain_s=0.0)
             if not await drain.wait_idle(CUT_GRACE_S):
                 self._close_busy_connections()
         finally:
@@ -138,8 +138,8 @@ class Server(uvicorn.Server):
 
 def serve_app(app: ASGIApp, state: AppState, *, log_level: str = "info", plain: bool = False) -> None:
     """Serve until a signal ends it (see the module doc); SystemExit(EXIT_CANNOT_SERVE) when the configuration
-    can never serve (an upstream that does not serve the model it is named for: api/state.py)."""
+    can never serve (an upstream that does not serve the model it is named for: api/model_runtime.py)."""
     Server(uvicorn_config(app, state.config, log_level=log_level, plain=plain), state).run()
-    if state.fatal is not None:
-        log.error("exiting: %s", state.fatal)
+    if state.runtime.fatal is not None:
+        log.error("exiting: %s", state.runtime.fatal)
         raise SystemExit(EXIT_CANNOT_SERVE)

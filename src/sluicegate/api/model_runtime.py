@@ -1,0 +1,214 @@
+"""The model runtime: the served models (the local one and the upstreams'), the engine, the tokenizers, and
+their loading at start-up; `served` is the one resolution of a request's model every route shares."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client import CollectorRegistry, Gauge
+
+from sluicegate.api.drain import Drain
+from sluicegate.backends.base import ModelRunner
+from sluicegate.config import Config
+from sluicegate.engine import AsyncEngine, Engine
+from sluicegate.serving.budget import Budget
+from sluicegate.serving.constraints import build_vocabulary
+from sluicegate.serving.errors import ApiError
+from sluicegate.serving.models import Lifted, ServedModel
+from sluicegate.upstream import (
+    AsyncUpstream,
+    Probed,
+    TokenizerFactory,
+    UpstreamRefused,
+    load_upstreams,
+    new_http_client,
+)
+
+log = logging.getLogger("sluicegate")
+
+RunnerFactory = Callable[[], ModelRunner]
+UPSTREAM_RETRY_FIRST_S = 1.0  # an upstream that failed its start-up checks, but may yet come up, is checked
+UPSTREAM_RETRY_MAX_S = 30.0  # again after 1 s, then 2, 4, ... and every 30 s at most
+UPSTREAM_ENGINE_SLOTS = 16  # an upstream-only server's batch worker runs a quarter of this: 4 items at once
+
+
+@dataclass(slots=True)
+class ModelRuntime:
+    config: Config
+    factory: RunnerFactory
+    registry: CollectorRegistry  # the app's: engine metrics
+    drain: Drain  # the shutdown drain: an engine already drained stops at once
+    tokenizers: TokenizerFactory | None = None  # an upstream model's tokenizer; None: the local model's runner
+    model: ServedModel | None = None  # the local model (None with --no-local-model)
+    models: dict[str, ServedModel] = field(default_factory=dict)  # every served model by name, once all loaded
+    http: httpx.AsyncClient | None = None  # the pooled client of every upstream
+    engine: Engine | None = None
+    load_error: str | None = None
+    upstream_wait: tuple[str, float] | None = None  # (which upstream failed its checks and why, the next check's
+    # delay) while one is being checked again; /readyz says it
+    fatal: str | None = None  # a configuration that can never serve: the server exits non-zero with this
+    shutdown: Callable[[str], None] | None = None  # ends the server (api/server/run.py sets it)
+    _stop_loading: asyncio.Event = field(default_factory=asyncio.Event)
+    load_started: float = 0.0
+
+    async def load(self) -> bool:
+        """Load the local model, then probe the upstreams (upstream/load.py); health answers meanwhile and
+        readiness says 503 until every model can serve. True once every model serves."""
+        self.load_started = time.monotonic()
+        if self.config.upstream.local_model:
+            await self._load_local()
+            if self.model is None:
+                return False
+        if self.config.upstream.targets:
+            self.http = new_http_client(self.config.upstream)
+            found = await self._load_upstreams(self.http)
+            if found is None:
+                return False
+            ups = found
+        else:
+            ups = {}
+        models = {} if self.model is None else {self.model.identity.name: self.model}
+        if clash := models.keys() & ups.keys():
+            log.error("refusing to serve: model %s is both the local model and an upstream's; name the upstream "
+                      "(--upstream NAME=URL) or serve no local model (--no-local-model)", ", ".join(clash))
+            self.load_error = "upstream_refused"
+            return False
+        models.update(ups)
+        self.models = models
+        self.upstream_wait = None
+        return True
+
+    def engine_slots(self) -> int:
+        """The slots batch work is sized by: the local model's, or an upstream-only server's assumed
+        `UPSTREAM_ENGINE_SLOTS` (an upstream engine's own slots are not known here: 4 items at once unless
+        --batch-worker-slots says)."""
+        return self.model.runner.limits.n_slots if self.model is not None else UPSTREAM_ENGINE_SLOTS
+
+    async def _load_upstreams(self, http: httpx.AsyncClient) -> dict[str, ServedModel] | None:
+        """Probe the upstreams until they pass (upstream/load.py). One that may yet come up (not reachable, 5xx)
+        is checked again after 1 s, doubling to `UPSTREAM_RETRY_MAX_S`, with /readyz saying which and why
+        (`upstream_wait`); one that answered what can never work (it does not serve the model, refuses the key,
+        disagrees on the tokenizer) ends the server: None, `fatal` set and `shutdown` called."""
+        delay = UPSTREAM_RETRY_FIRST_S
+        while True:
+            try:
+                found = await load_upstreams(self.config.upstream, http, self.tokenizers or self._local_tokenizer)
+                return {name: await self._served_upstream(p) for name, p in found.items()}
+            except (UpstreamRefused, OSError, ValueError) as exc:
+                why = _no_userinfo(str(exc))  # the operator's message (URLs without credentials): never a client's
+                if getattr(exc, "permanent", True):
+                    log.error("refusing to serve: %s", why)
+                    self.load_error = "upstream_refused"
+                    self.fatal = why
+                    self.upstream_wait = None
+                    if self.shutdown is not None:
+                        self.shutdown(why)
+                    return None
+                self.upstream_wait = (f"{why}; checked again in {delay:g} s", delay)
+                log.warning("upstream not ready: %s; checking again in %g s", why, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_loading.wait(), delay)
+                return None  # shutting down
+            delay = min(delay * 2, UPSTREAM_RETRY_MAX_S)
+
+    async def _served_upstream(self, p: Probed) -> ServedModel:
+        """An upstream model served as the local one is: its budget from the tokenizer, its window the upstream's."""
+        budget = await asyncio.to_thread(Budget.for_runner, p.runner, self.config.limits)
+        return ServedModel(p.runner, Lifted(p.client), dataclasses.replace(budget, n_ctx=p.n_ctx),
+                           identity_override=p.identity, token_ids=p.token_ids,
+                           limits_override=dataclasses.replace(p.runner.limits, n_ctx=p.n_ctx))
+
+    def stop_loading(self) -> None:
+        """Shutting down: an upstream still being waited for is not checked again."""
+        self._stop_loading.set()
+
+    def _local_tokenizer(self, name: str) -> ModelRunner:
+        return self.model.runner if self.model is not None else self.factory()
+
+    async def _load_local(self) -> None:
+        try:
+            runner = await asyncio.to_thread(self.factory)
+        except Exception as exc:
+            log.exception("the model failed to load")
+            self.load_error = type(exc).__name__
+            return
+        budget = await asyncio.to_thread(Budget.for_runner, runner, self.config.limits)
+        await asyncio.to_thread(build_vocabulary, runner)  # ~0.3 s for 49k tokens: not on a request's path
+        engine = Engine(runner, self.config.engine, registry=self.registry)
+        if self.config.engine.deadline_admission:  # the forecast's step model, before /readyz says ready
+            await asyncio.to_thread(engine.calibrate)
+        engine.start()
+        if isinstance(getattr(runner, "compute_threads", None), int):  # the llama.cpp runner's
+            Gauge("sluicegate_compute_threads", "llama.cpp compute threads the last step used (fewer while other "
+                  "processes hold cores; docs/engine.md)", registry=self.registry).set_function(
+                lambda: float(getattr(runner, "compute_threads", 0)))
+        self.engine = engine
+        self.model = ServedModel(runner, AsyncEngine(engine), budget)
+        ident = runner.identity
+        log.info(
+            "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,
+            self.config.port, time.monotonic() - self.load_started,
+        )
+        if not runner.limits.batch_invariant:
+            log.warning("this runner's numerics depend on batching: a request's tokens may depend on what is "
+                        "batched with it")
+        if engine.scheduler.drafting is not None:
+            log.info("speculative decoding: adaptive (drafts where they pay, verified with the numerics of "
+                     "one-token decoding)")
+        elif self.config.engine.speculative_ngram and runner.limits.decoded_kv_exact:
+            log.info("speculative decoding is on; drafts are verified with the numerics of one-token decoding")
+        elif self.config.engine.speculative_ngram:
+            log.warning("speculative decoding is on: a greedy request's tokens may differ from one-token-at-a-time "
+                        "decoding (multi-token verification rounds differently)")
+
+    async def close(self) -> None:
+        """The upstream clients, then the engine (the owner stops batch work first: api/state.py)."""
+        for m in self.models.values():
+            client = m.engine.client if isinstance(m.engine, Lifted) else m.engine
+            if isinstance(client, AsyncUpstream):
+                await client.close()
+        if self.http is not None:
+            await self.http.aclose()
+        if self.engine is not None:
+            drain_s = 0.0 if self.drain.draining else self.config.limits.drain_s  # else drained already
+            await asyncio.to_thread(self.engine.stop, drain_s=drain_s)
+            self.engine.close()  # frees the model only if no step can still be running
+            self.engine = None
+
+    def served(self, requested: str | None = None) -> ServedModel:
+        """The model a request names (`name` or `name@version`; None: the local model, else the first
+        upstream). An unknown name is 404 model_not_found listing what is served; a served name with a
+        version it lacks is the model's own answer (`ServedModel.resolve`: model_version_not_found, listing
+        its versions), the one resolution every route shares."""
+        if self.models:
+            if requested is None:
+                return self.model or next(iter(self.models.values()))
+            found = self.models.get(requested.split("@", 1)[0])
+            if found is not None:
+                found.resolve(requested)
+                return found
+            refs = ", ".join(sorted(m.identity.ref for m in self.models.values()))
+            raise ApiError("model_not_found", f"no such model; this server serves {refs}", param="model",
+                           code="model_not_found")
+        if self.load_error is not None:
+            raise ApiError("not_ready", "the model failed to load; the operator must fix the server",
+                           code="load_failed", retry_after=60)
+        raise ApiError("not_ready", "the model is still loading", code="loading", retry_after=2)
+
+    def all_served(self) -> list[ServedModel]:
+        """Every served model, the default first; refuses (503) while loading, as `served` does."""
+        first = self.served()
+        return [first] + [m for m in self.models.values() if m is not first]
+
+
+def _no_userinfo(text: str) -> str:
+    """URLs in a message without their `user:password@`."""
+    return re.sub(r"(?<=://)[^/@\s]+@", "", text)
