@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
-from sluicegate.serving.chat_template import ChatTemplate, TemplateRenderError, tokenize_prompt
-from sluicegate.serving.openai_chat import template_messages
+from sluicegate.serving.chat_template import ChatTemplate, TemplateRenderError, template_messages, tokenize_prompt
 
 # The template stored in SmolLM2-135M-Instruct.Q4_1.gguf (`tokenizer.chat_template`), byte for byte.
 SMOLLM2 = (

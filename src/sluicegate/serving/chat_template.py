@@ -16,10 +16,15 @@ llama.cpp's server and Hugging Face do; `ChatPrompt.split` says which happened.
 Ordering rule (docs/openai.md): the template renders the conversation as sent, shared text first; whatever
 this server adds per request (a tool list, the call instruction) is appended to the *last* message, so a
 conversation's earlier turns stay a byte-identical prefix that the prefix cache can reuse.
+
+A request's messages reach the template through `template_messages` (chat completions, and the surfaces that
+render as chat; tokenize counts the same messages) and become a tokenised prompt through `render` (predictions
+render their `input.messages` here too), so every surface's prompt is the one chat completions would run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import weakref
@@ -34,6 +39,16 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from sluicegate.backends.base import ModelRunner
+from sluicegate.protocol.openai_chat import (
+    AssistantMessage,
+    ChatCompletionRequest,
+    Content,
+    NamedToolChoice,
+    ToolMessage,
+)
+from sluicegate.serving.errors import ApiError
+from sluicegate.serving.models import ServedModel, check_text
+from sluicegate.serving.tool_calls import TRIGGER, Mode, ToolSpec, instructions
 
 
 class TemplateRenderError(Exception):
@@ -190,3 +205,131 @@ def template_for(runner: ModelRunner) -> ChatTemplate | None:
 
 
 _CACHE: weakref.WeakKeyDictionary[ModelRunner, ChatTemplate | None] = weakref.WeakKeyDictionary()
+
+
+# A request's messages and tools as the template reads them, and their rendering into a prompt.
+
+
+@dataclass(frozen=True, slots=True)
+class ToolMode:
+    """How output becomes tool calls (serving/tool_calls.py): `named` (the output is `name`'s arguments),
+    `required` (one {name, arguments} object) or `auto` (text, then calls after the trigger)."""
+
+    mode: Mode
+    name: str | None = None
+
+
+def message_text(content: Content | None) -> str:
+    """A message's content as one string (its text parts joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(p.text for p in content)
+
+
+def _arguments_value(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
+def tool_specs(req: ChatCompletionRequest) -> list[ToolSpec]:
+    return [ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in req.tools or ()]
+
+
+def _choice(req: ChatCompletionRequest) -> str | NamedToolChoice | None:
+    """The request's tool choice; with tools and none given, `auto` (OpenAI's default)."""
+    if req.tool_choice is None and req.tools:
+        return "auto"
+    return req.tool_choice
+
+
+def tool_mode(req: ChatCompletionRequest) -> ToolMode | None:
+    choice = _choice(req)
+    if isinstance(choice, NamedToolChoice):
+        return ToolMode("named", choice.function.name)
+    if choice in ("required", "auto"):
+        return ToolMode("required" if choice == "required" else "auto")
+    return None
+
+
+def _tool_instructions(req: ChatCompletionRequest, template: ChatTemplate | None, native: bool) -> str:
+    """What this request adds to the prompt about tools (appended to the last message)."""
+    if not req.tools:
+        return ""
+    mode = tool_mode(req)
+    teaches = template is not None and native and TRIGGER in template.source
+    return instructions(tool_specs(req), "none" if mode is None else mode.mode,
+                        None if mode is None else mode.name, listed=native, template_syntax=teaches)
+
+
+def template_messages(
+    req: ChatCompletionRequest, native_tools: bool, template: ChatTemplate | None = None
+) -> list[dict[str, Any]]:
+    """The request's messages as the template reads them; per-request text is appended to the last one."""
+    out: list[dict[str, Any]] = []
+    for msg in req.messages:
+        role = "system" if msg.role == "developer" else msg.role
+        text = message_text(msg.content)
+        item: dict[str, Any] = {"role": role, "content": text}
+        if isinstance(msg, AssistantMessage) and msg.tool_calls:
+            if native_tools:
+                item["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {
+                            "name": c.function.name,
+                            "arguments": _arguments_value(c.function.arguments),
+                        },
+                    }
+                    for c in msg.tool_calls
+                ]
+            else:  # as `auto` writes them, so a conversation shows the model the syntax it uses
+                calls = "\n".join(
+                    TRIGGER + json.dumps(
+                        {"name": c.function.name, "arguments": _arguments_value(c.function.arguments)},
+                        ensure_ascii=False,
+                    ) + "</tool_call>"
+                    for c in msg.tool_calls
+                )
+                item["content"] = f"{text}\n{calls}" if text else calls
+        if isinstance(msg, ToolMessage) and native_tools:
+            item["tool_call_id"] = msg.tool_call_id
+        out.append(item)
+    extra = _tool_instructions(req, template, native_tools)
+    if extra:
+        last = out[-1]
+        last["content"] = f"{last['content']}\n\n{extra}" if last["content"] else extra
+    return out
+
+
+async def render(
+    model: ServedModel,
+    template: ChatTemplate,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    *,
+    param: str = "messages",
+) -> ChatPrompt:
+    """The template's prompt for these messages, tokenised (client text never parsed for control tokens);
+    its refusal is a 422 naming `param`. Predictions render their `input.messages` here too."""
+
+    def work() -> ChatPrompt:
+        plain, pieces = template.segments(messages, tools=tools)
+        check_text(plain, param)
+        return tokenize_prompt(model.runner, plain, pieces)
+
+    try:
+        if sum(len(m["content"]) for m in messages) > 16_384:
+            return await asyncio.to_thread(work)
+        return work()
+    except TemplateRenderError as exc:
+        raise ApiError(
+            "invalid_request",
+            f"the model's chat template refused these messages: {exc}",
+            param=param,
+            code="template_error",
+        ) from None

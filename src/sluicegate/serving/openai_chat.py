@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,7 +19,6 @@ from typing import Any
 from sluicegate.backends.base import ModelRunner
 from sluicegate.engine import FinishReason
 from sluicegate.protocol.openai_chat import (
-    AssistantMessage,
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
@@ -29,7 +27,6 @@ from sluicegate.protocol.openai_chat import (
     ChoiceDelta,
     ChoiceLogprobs,
     ChunkChoice,
-    Content,
     DeltaFunction,
     DeltaToolCall,
     NamedToolChoice,
@@ -37,16 +34,18 @@ from sluicegate.protocol.openai_chat import (
     ResponseFormatJsonSchema,
     ToolCallFunctionOut,
     ToolCallOut,
-    ToolMessage,
 )
 from sluicegate.protocol.openai_common import FinishReason as OpenAIFinish
 from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.chat_template import (
     ChatPrompt,
-    ChatTemplate,
-    TemplateRenderError,
+    ToolMode,
+    message_text,
+    render,
     template_for,
-    tokenize_prompt,
+    template_messages,
+    tool_mode,
+    tool_specs,
 )
 from sluicegate.serving.constraints import Grammar, GrammarConstraint, GrammarError, compile_json
 from sluicegate.serving.context import RequestContext
@@ -64,26 +63,13 @@ from sluicegate.serving.openai_common import (
     usage,
 )
 from sluicegate.serving.tool_calls import (
-    TRIGGER,
     ArgsPiece,
     CallStart,
-    Mode,
     ToolCallParser,
-    ToolSpec,
     compile_tools,
-    instructions,
     parse,
 )
 from sluicegate.serving.validation import refused
-
-
-@dataclass(frozen=True, slots=True)
-class ToolMode:
-    """How output becomes tool calls (serving/tool_calls.py): `named` (the output is `name`'s arguments),
-    `required` (one {name, arguments} object) or `auto` (text, then calls after the trigger)."""
-
-    mode: Mode
-    name: str | None = None
 
 
 @dataclass(slots=True)
@@ -94,96 +80,6 @@ class ChatPlan:
     tool: ToolMode | None
     model_ref: str = ""
     fingerprint: str = ""
-
-
-def _text(content: Content | None) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(p.text for p in content)
-
-
-def _arguments_value(arguments: str) -> Any:
-    try:
-        return json.loads(arguments)
-    except ValueError:
-        return arguments
-
-
-def _tool_list(req: ChatCompletionRequest) -> list[dict[str, Any]]:
-    return [t.model_dump(exclude_none=True) for t in req.tools or ()]
-
-
-def _tool_specs(req: ChatCompletionRequest) -> list[ToolSpec]:
-    return [ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in req.tools or ()]
-
-
-def _choice(req: ChatCompletionRequest) -> str | NamedToolChoice | None:
-    """The request's tool choice; with tools and none given, `auto` (OpenAI's default)."""
-    if req.tool_choice is None and req.tools:
-        return "auto"
-    return req.tool_choice
-
-
-def tool_mode(req: ChatCompletionRequest) -> ToolMode | None:
-    choice = _choice(req)
-    if isinstance(choice, NamedToolChoice):
-        return ToolMode("named", choice.function.name)
-    if choice in ("required", "auto"):
-        return ToolMode("required" if choice == "required" else "auto")
-    return None
-
-
-def _tool_instructions(req: ChatCompletionRequest, template: ChatTemplate | None, native: bool) -> str:
-    """What this request adds to the prompt about tools (appended to the last message)."""
-    if not req.tools:
-        return ""
-    mode = tool_mode(req)
-    teaches = template is not None and native and TRIGGER in template.source
-    return instructions(_tool_specs(req), "none" if mode is None else mode.mode,
-                        None if mode is None else mode.name, listed=native, template_syntax=teaches)
-
-
-def template_messages(
-    req: ChatCompletionRequest, native_tools: bool, template: ChatTemplate | None = None
-) -> list[dict[str, Any]]:
-    """The request's messages as the template reads them; per-request text is appended to the last one."""
-    out: list[dict[str, Any]] = []
-    for msg in req.messages:
-        role = "system" if msg.role == "developer" else msg.role
-        text = _text(msg.content)
-        item: dict[str, Any] = {"role": role, "content": text}
-        if isinstance(msg, AssistantMessage) and msg.tool_calls:
-            if native_tools:
-                item["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {
-                            "name": c.function.name,
-                            "arguments": _arguments_value(c.function.arguments),
-                        },
-                    }
-                    for c in msg.tool_calls
-                ]
-            else:  # as `auto` writes them, so a conversation shows the model the syntax it uses
-                calls = "\n".join(
-                    TRIGGER + json.dumps(
-                        {"name": c.function.name, "arguments": _arguments_value(c.function.arguments)},
-                        ensure_ascii=False,
-                    ) + "</tool_call>"
-                    for c in msg.tool_calls
-                )
-                item["content"] = f"{text}\n{calls}" if text else calls
-        if isinstance(msg, ToolMessage) and native_tools:
-            item["tool_call_id"] = msg.tool_call_id
-        out.append(item)
-    extra = _tool_instructions(req, template, native_tools)
-    if extra:
-        last = out[-1]
-        last["content"] = f"{last['content']}\n\n{extra}" if last["content"] else extra
-    return out
 
 
 def _check_combinations(req: ChatCompletionRequest) -> None:
@@ -238,7 +134,7 @@ def _grammar_param(req: ChatCompletionRequest, tool: ToolMode | None) -> str:
 def _compile(runner: ModelRunner, req: ChatCompletionRequest, tool: ToolMode | None) -> Grammar | None:
     """The grammar the output is generated under (blocking), or None for free text."""
     if tool is not None:
-        return compile_tools(runner, _tool_specs(req), tool.mode, tool.name,
+        return compile_tools(runner, tool_specs(req), tool.mode, tool.name,
                              parallel=req.parallel_tool_calls is not False)
     fmt = req.response_format
     if isinstance(fmt, ResponseFormatJsonSchema):
@@ -246,6 +142,10 @@ def _compile(runner: ModelRunner, req: ChatCompletionRequest, tool: ToolMode | N
     if isinstance(fmt, ResponseFormatJsonObject):
         return compile_json(runner, {"type": "object"})
     return None
+
+
+def _tool_list(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+    return [t.model_dump(exclude_none=True) for t in req.tools or ()]
 
 
 async def prompt_of(model: ServedModel, req: ChatCompletionRequest) -> ChatPrompt:
@@ -260,7 +160,7 @@ async def prompt_of(model: ServedModel, req: ChatCompletionRequest) -> ChatPromp
         )
     n_bytes = 0
     for i, msg in enumerate(req.messages):
-        n_bytes += check_text(_text(msg.content), f"messages[{i}].content")
+        n_bytes += check_text(message_text(msg.content), f"messages[{i}].content")
     model.token_budget.check_prompt_bytes(n_bytes, param="messages")  # the contents alone are this many tokens
     messages = template_messages(req, template.uses_tools, template)
     return await render(model, template, messages, _tool_list(req) if template.uses_tools else None)
@@ -309,35 +209,6 @@ async def prepare(
         constraint=None if grammar is None else grammar.constraint, stream=req.stream, admission=admission,
     )
     return ChatPlan(req, prompt.text, runs, tool, ident.ref, fingerprint(model))
-
-
-async def render(
-    model: ServedModel,
-    template: ChatTemplate,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
-    *,
-    param: str = "messages",
-) -> ChatPrompt:
-    """The template's prompt for these messages, tokenised (client text never parsed for control tokens);
-    its refusal is a 422 naming `param`. Predictions render their `input.messages` here too."""
-
-    def work() -> ChatPrompt:
-        plain, pieces = template.segments(messages, tools=tools)
-        check_text(plain, param)
-        return tokenize_prompt(model.runner, plain, pieces)
-
-    try:
-        if sum(len(m["content"]) for m in messages) > 16_384:
-            return await asyncio.to_thread(work)
-        return work()
-    except TemplateRenderError as exc:
-        raise ApiError(
-            "invalid_request",
-            f"the model's chat template refused these messages: {exc}",
-            param=param,
-            code="template_error",
-        ) from None
 
 
 def check_constraint(plan: ChatPlan, i: int) -> None:

@@ -35,12 +35,11 @@ from sluicegate.protocol.predictions import (
     PredictionUsage,
 )
 from sluicegate.serving.admission import OPEN, Admission
-from sluicegate.serving.chat_template import template_for
+from sluicegate.serving.chat_template import render, template_for
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import Runs, check_text_bytes, check_tokens, collect_finished, start_runs
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
-from sluicegate.serving.openai_chat import render
 from sluicegate.serving.validation import validation_error
 
 ID_PREFIX = "pred_"

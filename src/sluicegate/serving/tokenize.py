@@ -7,10 +7,9 @@ import asyncio
 
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
-from sluicegate.serving.chat_template import TemplateRenderError, template_for, tokenize_prompt
+from sluicegate.serving.chat_template import TemplateRenderError, template_for, template_messages, tokenize_prompt
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
-from sluicegate.serving.openai_chat import template_messages
 
 
 async def tokenize(model: ServedModel, req: TokenizeRequest) -> TokenizeResponse:
