@@ -33,8 +33,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -44,7 +42,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import free_port, fresh_data_dir, wait_ready
+from bench.common import free_port, fresh_data_dir, launch, serve_command
 from bench.report import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,13 +190,15 @@ def ours(
 ) -> Iterator[str]:
     """Our server; `src` runs another checkout's sources (`sluicegate-before`: $SLUICEGATE_BEFORE_SRC)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "sluicegate", "serve", "--port", str(port), "--slots", str(slots),
-           "--threads", "2", "--ctx", str(CTX_PER_SLOT), "--log-level", "warning", *extra]
+    cmd = serve_command(port, "--slots", str(slots), "--threads", "2", "--ctx", str(CTX_PER_SLOT),
+                        "--log-level", "warning", *extra)
     if src is None:  # an older checkout may predate the store
         cmd += ["--data-dir", fresh_data_dir()]
-    with _serve(cmd, port, "/readyz", log, env={**(env or {}), **({"PYTHONPATH": src} if src else {})}) as url:
-        yield url
-        PIDS.pop(url, None)
+    with launch(cmd, port, log=log, append=True, env={**(env or {}), **({"PYTHONPATH": src} if src else {})},
+                group=True, timeout=300) as srv:
+        PIDS[srv.url] = srv.pid
+        yield srv.url
+        PIDS.pop(srv.url, None)
 
 
 @contextlib.contextmanager
@@ -209,29 +209,9 @@ def peer(slots: int, log: Path) -> Iterator[str]:
     exe = os.environ.get("LLAMA_SERVER", str(PEER / "llama-cpp-server"))
     cmd = [exe, "-m", str(default_model_path()), "--host", "127.0.0.1", "--port", str(port),
            "--ctx-size", str(CTX_PER_SLOT * slots), "--", "-np", str(slots), "-t", "2", "--no-repack"]
-    with _serve(cmd, port, "/health", log) as url:
-        yield url
-
-
-@contextlib.contextmanager
-def _serve(cmd: list[str], port: int, ready: str, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    with log.open("ab") as out:  # a session of its own: llama-cpp-server is a wrapper whose child must go too
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, ready, proc, timeout=300)
-        if ready == "/readyz":
-            PIDS[url] = proc.pid
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    # a session of its own: llama-cpp-server is a wrapper whose child must go too
+    with launch(cmd, port, ready="/health", log=log, append=True, env={}, group=True, timeout=300) as srv:
+        yield srv.url
 
 
 def model_of(url: str) -> str:

@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import free_port, fresh_data_dir, wait_ready  # noqa: E402
+from bench.common import free_port, fresh_data_dir, launch, serve_command  # noqa: E402
 from bench.report import median, percentile, publish  # noqa: E402
 from sluicegate.testing.refserver import running  # noqa: E402
 
@@ -68,22 +67,12 @@ def reference_server() -> Iterator[Server]:
 @contextlib.contextmanager
 def model_server(threads: int | None = None) -> Iterator[Server]:
     port = free_port()
-    args = ["--port", str(port), "--slots", "4", "--log-level", "warning", "--data-dir", fresh_data_dir()]
+    args = ["--slots", "4", "--log-level", "warning", "--data-dir", fresh_data_dir()]
     if threads is not None:
         args += ["--threads", str(threads)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sluicegate", "serve", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, "/readyz", proc)
+    with launch(serve_command(port, *args), port) as srv:
         name = "SmolLM2-135M Q4_1 (llama.cpp" + (f", {threads} thread" if threads else "") + ")"
-        yield Server(name, url, proc.pid, 2048)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        yield Server(name, srv.url, srv.pid, 2048)
 
 
 def stages(header: str) -> dict[str, float]:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.report import percentile
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 from sluicegate.engine import Engine, EngineRequest, RequestOutput, SamplingParams, SchedulerConfig
 
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace, tier_bytes: int) -> dict[str, object]:
     return {"replies": replies, "wall": wall, "computed": int(snap["prompt_tokens"]),
             "cached": int(snap["cached_tokens"]), "hits": int(snap["kv_tier_hits"]),
             "tier_mb": snap["kv_tier_bytes"] / 2**20, "ttft_p50": statistics.median(ttft),
-            "ttft_p90": ttft[int(0.9 * (len(ttft) - 1))], "ttft_mean": statistics.fmean(ttft)}
+            "ttft_p90": percentile(ttft, 0.9), "ttft_mean": statistics.fmean(ttft)}
 
 
 def main() -> None:

@@ -36,8 +36,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import write_section
-from bench.concurrency import model_of, pct, server
+from bench.concurrency import model_of, server
+from bench.report import percentile, write_section
 
 HEADING = "## Responses: continuing by previous_response_id against resending the conversation"
 INSTRUCTIONS = "You are a helpful assistant in conversation {n}. Answer in plain words and stay on the topic."
@@ -119,7 +119,7 @@ def main() -> None:
     rows = []
     for mode, s in stats.items():
         ms = [t * 1000 for t in s["ttft"]]
-        rows.append(f"| {mode} | {len(ms)} | {statistics.median(ms):.0f} | {pct(ms, .95):.0f} | "
+        rows.append(f"| {mode} | {len(ms)} | {statistics.median(ms):.0f} | {percentile(ms, .95):.0f} | "
                     f"{100 * s['cached'] / max(1, s['inp']):.0f}% | {statistics.median(s['size']):.0f} |")
         print(rows[-1])
     if args.write:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import free_port, fresh_data_dir, wait_ready
+from bench.common import free_port, fresh_data_dir, launch
 from bench.report import percentile, publish
 
 HEADING = "## Upstream hop overhead"
@@ -37,15 +36,8 @@ BANNED_EOS = {"0": -100, "2": -100}  # the default model's <|endoftext|>, <|im_e
 @contextlib.contextmanager
 def server(argv: list[str]) -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", *argv, "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, "/readyz", proc)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    with launch([sys.executable, "-m", *argv, "--port", str(port)], port) as srv:
+        yield srv.url
 
 
 def commands(reference: bool, upstream_url: str | None) -> list[str]:
