@@ -25,7 +25,6 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sluicegate"
 
 # (module, expression) -> the carrier class whose `code` (or `type`) it reads
 ATTRIBUTES = {
-    ("api/routes/openai.py", "refused.code"): "Refusal",
     ("api/batch_items.py", "refused.code"): "Refusal",
     ("api/routes/webhooks.py", "exc.code"): "UnsafeUrl",
     ("serving/core.py", "exc.code"): "EngineOverloaded",
