@@ -15,31 +15,15 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.e2e.test_batching import bodies
 
+from bench.fidelity import run
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
-from sluicegate.engine import Engine, EngineRequest, RequestOutput, SamplingParams, SchedulerConfig
-
-
-def run(engine: Engine, requests: list[EngineRequest]) -> list[list[int]]:
-    outs: dict[str, list[int]] = {r.request_id: [] for r in requests}
-    left = threading.Semaphore(0)
-
-    def sink(o: RequestOutput) -> None:
-        outs[o.request_id].extend(o.new_token_ids)
-        if o.finished:
-            left.release()
-
-    for r in requests:
-        engine.submit(r, sink)
-    for _ in requests:
-        left.acquire()
-    return [outs[r.request_id] for r in requests]
+from sluicegate.engine import Engine, EngineRequest, SamplingParams, SchedulerConfig
 
 
 def requests(runner: LlamaCppRunner, tag: str, new_tokens: int) -> list[EngineRequest]:
