@@ -13,6 +13,8 @@ import pytest
 
 from sluicegate.config import LimitsConfig
 from sluicegate.engine import AsyncEngine, Engine, FinishReason, Priority, SamplingParams, SchedulerConfig
+from sluicegate.engine.client import OutputCollector
+from sluicegate.refusal import Rejected
 from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.context import RequestContext
@@ -281,3 +283,21 @@ def test_admit_with_a_local_limiter_passes_the_gate_first_and_reserves_only_for_
 
     asyncio.run(main())
     assert order == (["gate"] if gate_refuses else ["gate", "reserve"])
+
+
+def test_start_lifts_a_clients_refusal_as_the_serving_layers_error() -> None:
+    """An engine client beside the serving layer (an upstream's) refuses with `Rejected`, no HTTP in it:
+    `Runs.start` lifts it to ApiError with the same fields, as it maps the local engine's refusals."""
+
+    class Refusing:
+        def submit(self, requests: object) -> OutputCollector:
+            raise Rejected("upstream_unavailable", "every upstream is failing", code="circuit_open", retry_after=3)
+
+        def abort(self, request_id: str) -> None:
+            raise AssertionError("nothing was submitted")
+
+    with pytest.raises(ApiError) as caught:
+        Runs(Refusing(), [], 0).start()
+    err = caught.value
+    assert (err.type, err.message, err.code, err.retry_after, err.headers) == (
+        "upstream_unavailable", "every upstream is failing", "circuit_open", 3, {})

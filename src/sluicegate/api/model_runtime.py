@@ -22,7 +22,7 @@ from sluicegate.engine import AsyncEngine, Engine
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.constraints import build_vocabulary
 from sluicegate.serving.errors import ApiError
-from sluicegate.serving.models import Lifted, ServedModel
+from sluicegate.serving.models import ServedModel
 from sluicegate.upstream import (
     AsyncUpstream,
     Probed,
@@ -122,7 +122,7 @@ class ModelRuntime:
     async def _served_upstream(self, p: Probed) -> ServedModel:
         """An upstream model served as the local one is: its budget from the tokenizer, its window the upstream's."""
         budget = await asyncio.to_thread(Budget.for_runner, p.runner, self.config.limits)
-        return ServedModel(p.runner, Lifted(p.client), dataclasses.replace(budget, n_ctx=p.n_ctx),
+        return ServedModel(p.runner, p.client, dataclasses.replace(budget, n_ctx=p.n_ctx),
                            identity_override=p.identity, token_ids=p.token_ids,
                            limits_override=dataclasses.replace(p.runner.limits, n_ctx=p.n_ctx))
 
@@ -172,9 +172,8 @@ class ModelRuntime:
     async def close(self) -> None:
         """The upstream clients, then the engine (the owner stops batch work first: api/state.py)."""
         for m in self.models.values():
-            client = m.engine.client if isinstance(m.engine, Lifted) else m.engine
-            if isinstance(client, AsyncUpstream):
-                await client.close()
+            if isinstance(m.engine, AsyncUpstream):
+                await m.engine.close()
         if self.http is not None:
             await self.http.aclose()
         if self.engine is not None:

@@ -9,7 +9,8 @@ shapes the result. Everything between is here, so every surface gets the same ru
 - `start_runs`: `n` choices per prompt fanned out once (run i seeded `seed + i`, so every choice can be
   replayed alone), engine ids unique per request, tenant/priority/deadlines from the request context (a
   stream's when it streams: serving/deadline.py), the request's one cost estimate and its admission
-  (serving/admission.py), the engine's refusals mapped to the envelope (the deadline forecast's among them);
+  (serving/admission.py), the engine's refusals mapped to the envelope (the deadline forecast's among them)
+  and an upstream client's lifted;
 - `Runs`: the started runs, read through one `OutputCollector` (no task per run or per event): `events()`
   for streams (with heartbeat cues), `collect()` for whole answers; leaving early aborts what is left;
 - `finish_error`: what a run's end means for its client.
@@ -40,6 +41,7 @@ from sluicegate.engine import (
 )
 from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import Constraint
+from sluicegate.refusal import Rejected
 from sluicegate.serving import deadline
 from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.context import RequestContext
@@ -125,11 +127,14 @@ class Runs:
         self.finals: list[RequestOutput | None] = [None] * len(self.requests)  # each finished run's last output
 
     def start(self) -> None:
-        """Submit every run; an overload or shutdown refusal raises ApiError here, before any output."""
+        """Submit every run; a refusal raises ApiError here, before any output: the local engine's overload or
+        shutdown mapped, an upstream client's (`Rejected`: an open circuit, what its hop cannot carry) lifted."""
         try:
             self._collector = self._engine.submit(self.requests)
         except (EngineOverloaded, EngineStopped) as exc:
             raise engine_error(exc) from None
+        except Rejected as exc:
+            raise ApiError.of(exc) from None
         self._open = set(range(len(self.requests)))
 
     async def events(

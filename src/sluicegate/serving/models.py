@@ -10,7 +10,6 @@ from typing import Protocol
 from sluicegate.backends.base import ModelIdentity, ModelRunner, RunnerLimits
 from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import EngineRequest
-from sluicegate.refusal import Rejected
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.errors import ApiError
 
@@ -19,32 +18,13 @@ _LARGE_TEXT = 16_384  # characters; longer texts are tokenised off the event loo
 
 class EngineClient(Protocol):
     """What the serving core needs of an engine: the local one (engine.AsyncEngine) or an upstream one
-    (upstream.AsyncUpstream, seen through `Lifted`). `submit` may raise ApiError (an upstream's open circuit)
-    or the engine's refusals; every run it accepts ends with a finished output."""
+    (upstream.AsyncUpstream). `submit` may raise the engine's refusals or an upstream's `Rejected` (an open
+    circuit, what its hop cannot carry), which the core's `Runs.start` maps and lifts to ApiError; every run it
+    accepts ends with a finished output."""
 
     def submit(self, requests: Sequence[EngineRequest]) -> OutputCollector: ...
 
     def abort(self, request_id: str) -> None: ...
-
-
-class Lifted:
-    """An engine client beside the serving layer (upstream.AsyncUpstream), whose refusals at `submit` have no
-    HTTP in them (sluicegate.refusal.Rejected: an open circuit, what its hop cannot carry), as the serving core
-    sees it: they come out as the serving layer's ApiError, as the local engine's are mapped by the core."""
-
-    __slots__ = ("client",)
-
-    def __init__(self, client: EngineClient) -> None:
-        self.client = client
-
-    def submit(self, requests: Sequence[EngineRequest]) -> OutputCollector:
-        try:
-            return self.client.submit(requests)
-        except Rejected as exc:
-            raise ApiError.of(exc) from None
-
-    def abort(self, request_id: str) -> None:
-        self.client.abort(request_id)
 
 
 @dataclass(slots=True)
