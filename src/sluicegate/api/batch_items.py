@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from sluicegate.api.envelope import envelope
+from sluicegate.api.envelope import envelope, http_status
 from sluicegate.api.metering import from_runs
 from sluicegate.api.openai_errors import openai_envelope, openai_view
 from sluicegate.api.validation import openai_validation_error as validation_error
@@ -27,6 +27,7 @@ from sluicegate.protocol import openai_chat, openai_completions
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.openai_common import Refusal
 from sluicegate.protocol.openai_completions import CompletionRequest
+from sluicegate.refusal import Rejected
 from sluicegate.registry import CHAT, COMPLETIONS, PREDICTIONS
 from sluicegate.serving import openai_chat as chat
 from sluicegate.serving import openai_completions as completions
@@ -56,7 +57,7 @@ def parse_openai(data: Any, schema: type[M], refuse: Callable[[Mapping[str, Any]
 
 Served = Callable[[str | None], ServedModel]  # the model a request names (None: the default), as routes resolve it
 Parse = Callable[[Any], Any]  # an item's body, parsed from JSON, into the surface's request
-Refused = Callable[[ApiError, str], tuple[int, dict[str, Any]]]  # an error as its route answers it: status, body
+Refused = Callable[[Rejected, str], tuple[int, dict[str, Any]]]  # an error as its route answers it: status, body
 
 
 def _item(served: Served, parse: Parse, surface: Surface, refused: Refused) -> Handler:
@@ -69,19 +70,19 @@ def _item(served: Served, parse: Parse, surface: Surface, refused: Refused) -> H
             model = served(req.model)  # the model the item names: local or an upstream's
             result, runs = await answer(surface, model, req, ctx)
             return Outcome(200, result.model_dump(mode="json"), from_runs(runs))
-        except ApiError as exc:
+        except Rejected as exc:
             status, error = refused(exc, ctx.request_id)
             return Outcome(503 if exc.type in RETRY_LATER else status, error)
 
     return run
 
 
-def _openai(exc: ApiError, request_id: str) -> tuple[int, dict[str, Any]]:
+def _openai(exc: Rejected, request_id: str) -> tuple[int, dict[str, Any]]:
     return openai_view(exc)[0], openai_envelope(exc, request_id)
 
 
-def _native(exc: ApiError, request_id: str) -> tuple[int, dict[str, Any]]:
-    return exc.status, envelope(exc, request_id)
+def _native(exc: Rejected, request_id: str) -> tuple[int, dict[str, Any]]:
+    return http_status(exc), envelope(exc, request_id)
 
 
 def handlers(served: Served) -> dict[str, Handler]:

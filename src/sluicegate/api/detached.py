@@ -6,7 +6,7 @@ its answer is stored, so the retry gets 409 while it runs and then the stored an
 once. Without a key, work stays tied to its client (api/disconnect.py, api/sse.py): a client that leaves
 cancels it, since nobody could ever read the answer.
 
-- `answer_detached`: a whole answer. A task runs `finish` to its Response (an ApiError rendered by `render`);
+- `answer_detached`: a whole answer. A task runs `finish` to its Response (a refusal rendered by `render`);
   the request waits for it while watching the connection. A client that leaves gets nothing (499), but the
   task runs on.
 - `stream_detached`: server-sent events. A task runs the event producer (through `sse_stream`, so framing,
@@ -36,6 +36,7 @@ from starlette.types import Receive, Scope, Send
 
 from sluicegate.api.envelope import INTERNAL
 from sluicegate.api.sse import HEADERS, OPENAI_FRAMING, Framing, SSEResponse, sse_stream
+from sluicegate.refusal import Rejected
 from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.detached")
@@ -50,7 +51,7 @@ class Finished:
     status: int
     headers: dict[str, str]  # lower-case names
     body: bytes
-    error: ApiError | None  # the error this answer carries (a stream's error event), if any
+    error: Rejected | None  # the error this answer carries (a stream's error event), if any
 
 
 class Keeper(Protocol):
@@ -61,7 +62,7 @@ class Keeper(Protocol):
         """The answer once the client has it, or None: the work was cancelled. The request ends after this."""
 
 
-Render = Callable[[ApiError, str], Response]
+Render = Callable[[Rejected, str], Response]
 
 
 class _Answer(Response):
@@ -88,11 +89,11 @@ async def answer_detached(receive: Receive, finish: Coroutine[Any, Any, Response
     """Run `finish` in a task of its own; its answer, or 499 when the client left (after the work ended)."""
 
     async def run() -> Finished:
-        error: ApiError | None = None
+        error: Rejected | None = None
         try:
             try:
                 response = await finish
-            except ApiError as exc:
+            except Rejected as exc:
                 error, response = exc, render(exc, request_id)
             except Exception:
                 log.exception("%s internal error", request_id)
@@ -165,12 +166,12 @@ class _DetachedStream(SSEResponse):
 
 
 def stream_detached(items: AsyncIterator[BaseModel | str | None], *, request_id: str,
-                    render_error: Callable[[ApiError, str], dict[str, Any]], keeper: Keeper,
+                    render_error: Callable[[Rejected, str], dict[str, Any]], keeper: Keeper,
                     framing: Framing = OPENAI_FRAMING) -> StreamingResponse:
     """Run the event producer `items` in a task of its own; the response streams what it has produced."""
-    errors: list[ApiError] = []
+    errors: list[Rejected] = []
 
-    def capture(exc: ApiError, rid: str) -> dict[str, Any]:
+    def capture(exc: Rejected, rid: str) -> dict[str, Any]:
         errors.append(exc)
         return render_error(exc, rid)
 

@@ -51,10 +51,12 @@ from pydantic import BaseModel
 from starlette.types import Receive
 
 from sluicegate.api.detached import Finished, Render, answer_detached, stream_detached
+from sluicegate.api.envelope import http_status
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.services import tenancy_of
 from sluicegate.api.sse import OPENAI_FRAMING, Framing
 from sluicegate.api.tenancy import Tenancy
+from sluicegate.refusal import Rejected
 from sluicegate.serving.admission import Gate
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
@@ -181,11 +183,11 @@ class Held:
                        "or route); send a new key with a new request", param=PARAM)
 
     async def answer(self, receive: Receive, finish: Coroutine[Any, Any, Response], render: Render) -> Response:
-        """A whole answer (an ApiError from `finish` rendered by `render`), made even if the client leaves."""
+        """A whole answer (a refusal from `finish` rendered by `render`), made even if the client leaves."""
         return await answer_detached(receive, finish, render=render, request_id=self._ctx.request_id, keeper=self)
 
     def stream(self, items: AsyncIterator[BaseModel | str | None],
-               render_error: Callable[[ApiError, str], dict[str, Any]], framing: Framing = OPENAI_FRAMING) -> Response:
+               render_error: Callable[[Rejected, str], dict[str, Any]], framing: Framing = OPENAI_FRAMING) -> Response:
         """Server-sent events, produced to the end even if the client leaves."""
         return stream_detached(items, request_id=self._ctx.request_id, render_error=render_error, keeper=self,
                                framing=framing)
@@ -226,7 +228,7 @@ class Held:
 
 def _storable(finished: Finished) -> bool:
     """An answer is kept unless it tells the client to retry (429, 503, 504; a stream's error event too)."""
-    error_status = finished.error.status if finished.error is not None else None
+    error_status = http_status(finished.error) if finished.error is not None else None
     return finished.status not in RETRY_STATUSES and error_status not in RETRY_STATUSES
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.api.envelope import INTERNAL
+from sluicegate.refusal import Rejected
 from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.sse")
@@ -67,14 +68,14 @@ async def sse_stream(
     items: AsyncIterator[BaseModel | str | None],
     *,
     request_id: str,
-    render_error: Callable[[ApiError, str], dict[str, Any]],
+    render_error: Callable[[Rejected, str], dict[str, Any]],
     framing: Framing = OPENAI_FRAMING,
 ) -> AsyncIterator[bytes]:
     try:
         try:
             async for item in items:
                 yield framing.heartbeat if item is None else framing.event(item)
-        except ApiError as exc:
+        except Rejected as exc:
             yield frame(json.dumps(render_error(exc, request_id)), event="error")
         except Exception:
             log.exception("%s stream failed", request_id)
@@ -114,7 +115,7 @@ def sse_response(
     items: AsyncIterator[BaseModel | str | None],
     *,
     request_id: str,
-    render_error: Callable[[ApiError, str], dict[str, Any]],
+    render_error: Callable[[Rejected, str], dict[str, Any]],
     on_close: Callable[[], None] | None = None,
     framing: Framing = OPENAI_FRAMING,
 ) -> StreamingResponse:

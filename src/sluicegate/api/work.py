@@ -14,7 +14,8 @@ reader, surface (serving/surface.py) and error dialect:
    without one, a client that leaves aborts its work (499);
 4. close: the runs are closed here, and only here, when the answer or the stream ends, whatever happens.
 
-Errors before the answer or the stream starts are rendered by the dialect's `render`; a stream's mid-way
+Refusals (`Rejected`: the serving layer's `ApiError` or any layer's) before the answer or the stream starts are
+rendered by the dialect's `render`; a stream's mid-way
 errors by its `render_event`.
 """
 
@@ -36,9 +37,9 @@ from sluicegate.api.middleware.ratelimit import reservation_of
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import json_reply
 from sluicegate.api.sse import OPENAI_FRAMING, Framing, sse_response
+from sluicegate.refusal import Rejected
 from sluicegate.serving.admission import Admission, Gate
 from sluicegate.serving.core import Runs
-from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 from sluicegate.serving.surface import Plan, StreamingSurface, Surface
 
@@ -48,7 +49,7 @@ class Dialect:
     """How a surface's errors and streams are written."""
 
     render: Render = error_response  # an error answered before the answer or the stream starts
-    render_event: Callable[[ApiError, str], dict[str, Any]] = envelope  # a stream's error event
+    render_event: Callable[[Rejected, str], dict[str, Any]] = envelope  # a stream's error event
     framing: Framing = OPENAI_FRAMING  # a stream's events
 
 
@@ -88,7 +89,7 @@ async def serve(request: Request, read: Read, surface: Surface, dialect: Dialect
             plan = started
         else:
             plan = await prepare()  # started: the runs are in the engine
-    except ApiError as exc:
+    except Rejected as exc:
         return render(exc, ctx.request_id)
     runs = plan.runs
     ctx.meter = lambda: from_runs(runs)  # read when the response has ended: streams and disconnects too
@@ -116,7 +117,7 @@ async def serve(request: Request, read: Read, surface: Surface, dialect: Dialect
         return await unless_disconnected(request.receive, finish())
     except ClientDisconnected:
         return Response(status_code=499)
-    except ApiError as exc:
+    except Rejected as exc:
         return render(exc, ctx.request_id)
     finally:
         runs.close()  # also when the client left before `finish` ever ran

@@ -31,8 +31,8 @@ from sluicegate.protocol.anthropic_messages import (
     count_tokens_refusal,
     messages_refusal,
 )
+from sluicegate.refusal import Rejected
 from sluicegate.serving import anthropic_messages as messages
-from sluicegate.serving.errors import ApiError
 
 router = APIRouter(tags=["anthropic"])
 
@@ -125,5 +125,5 @@ async def count_tokens(request: Request, runtime: Runtime) -> Response:
         req = await read_openai(request, CountTokensRequest, count_tokens_refusal)
         model = runtime.served(req.model)
         return json_reply(await messages.count_tokens(model, req), ctx)
-    except ApiError as exc:
+    except Rejected as exc:
         return error_response(exc, ctx.request_id)

@@ -29,9 +29,9 @@ from sluicegate.protocol.openai_chat import ChatCompletion, ChatCompletionReques
 from sluicegate.protocol.openai_common import Refusal
 from sluicegate.protocol.openai_completions import Completion, CompletionRequest
 from sluicegate.protocol.openai_models import ModelDetails, ModelList, OpenAIModel
+from sluicegate.refusal import Rejected
 from sluicegate.serving import openai_chat as chat
 from sluicegate.serving import openai_completions as completions
-from sluicegate.serving.errors import ApiError
 from sluicegate.serving.model_card import describe
 from sluicegate.serving.models import ServedModel
 from sluicegate.serving.surface import StreamingSurface
@@ -128,7 +128,7 @@ async def serve(
     surface: StreamingSurface,  # serving.openai_chat, serving.openai_completions, an adapter object
     *,
     render: Render = openai_error_response,
-    render_event: Callable[[ApiError, str], dict[str, Any]] = openai_envelope,
+    render_event: Callable[[Rejected, str], dict[str, Any]] = openai_envelope,
     framing: Framing = OPENAI_FRAMING,
 ) -> Response:
     """The work lifecycle (api/work.py) of an OpenAI-shaped surface (chat, completions, and the surfaces read
@@ -153,7 +153,7 @@ async def list_models(request: Request, runtime: Runtime) -> Response:
     ctx = context_of(request.scope)
     try:
         return json_reply(ModelList(data=[_model_object(m) for m in runtime.all_served()]), ctx)
-    except ApiError as exc:
+    except Rejected as exc:
         return openai_error_response(exc, ctx.request_id)
 
 
@@ -167,5 +167,5 @@ async def get_model(request: Request, model_id: str, runtime: Runtime, config: S
     ctx = context_of(request.scope)
     try:
         return json_reply(describe(runtime.served(model_id), config, model_id), ctx)
-    except ApiError as exc:
+    except Rejected as exc:
         return openai_error_response(exc, ctx.request_id)
