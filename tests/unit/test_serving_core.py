@@ -71,7 +71,7 @@ def test_fan_out_ids_seeds_and_context_fields() -> None:
             results = await collect_finished(runs, ctx)
             assert [len(r.token_ids) for r in results] == [4] * 6
             assert [r.final.seed for r in results if r.final] == [7, 8, 9, 7, 8, 9]
-            assert "queue" in ctx.stages_ms and "decode" in ctx.stages_ms
+            assert "queue" in ctx.record.stages_ms and "decode" in ctx.record.stages_ms
 
             one = await fake_surface(model, RequestContext("req_b"), ["ab"])
             assert [r.request_id for r in one.requests] == [one.requests[0].request_id]

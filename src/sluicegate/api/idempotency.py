@@ -168,7 +168,7 @@ class Held:
             raise ApiError("store_unavailable", "idempotency keys cannot be checked right now",
                            retry_after=1) from None
         finally:
-            self._ctx.stage("idempotency", t)
+            self._ctx.record.stage("idempotency", t)
         if claim.outcome is Outcome.CLAIMED:
             self._owner = claim.owner
             return

@@ -61,7 +61,7 @@ class Admission:
             try:
                 await admission.reserve(cost, new_param)
             finally:
-                ctx.stage("ratelimit", t)
+                ctx.record.stage("ratelimit", t)
 
         if gate is None or admission is None:
             if gate is not None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sluicegate.engine.types import Priority, RequestOutput
+from sluicegate.engine.types import Priority, RequestOutput, Timing
 
 _serial = itertools.count(1)
 
@@ -48,11 +48,30 @@ class Deadlines:
 
 
 @dataclass(slots=True)
+class AccessRecord:
+    """What the access log and Server-Timing report of one request, kept apart from who and what it is: the
+    request-context middleware (api/middleware/request_context.py) makes it and reads it when the answer starts
+    and ends; the layers below record into it through `RequestContext.record`."""
+
+    stages_ms: dict[str, float] = field(default_factory=dict)  # reported in Server-Timing, in recording order
+    finals: Sequence[RequestOutput | None] = ()  # each engine run's last output once it ends (the access log)
+
+    def stage(self, name: str, start: float) -> float:
+        """Record the time since `start` (perf_counter) under `name`; returns now."""
+        now = time.perf_counter()
+        self.stages_ms[name] = self.stages_ms.get(name, 0.0) + (now - start) * 1e3
+        return now
+
+    def engine(self, timing: Timing) -> None:
+        """Record the engine's own stage times (queue, prefill, decode) of a run."""
+        self.stages_ms.update(queue=timing.queue_ms, prefill=timing.prefill_ms, decode=timing.decode_ms)
+
+
+@dataclass(slots=True)
 class RequestContext:
     request_id: str
     arrival: float = field(default_factory=time.monotonic)  # monotonic, stamped by the first middleware
     created: int = field(default_factory=lambda: int(time.time()))
-    stages_ms: dict[str, float] = field(default_factory=dict)  # reported in Server-Timing
     tenant: str = ""  # whose request: the scheduler's fairness unit (the API key's id once keys are on)
     priority: Priority = Priority.INTERACTIVE  # batch jobs run at Priority.BATCH
     deadline: float | None = None  # monotonic; past it the engine drops or cuts the request
@@ -62,7 +81,7 @@ class RequestContext:
     scopes: frozenset[str] = frozenset()  # what the key may do (auth off: every scope)
     meter: Callable[[], TokenUsage] | None = None  # set once its work started (api/work.py): read by `used()`
     serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
-    finals: list[RequestOutput | None] | None = None  # each engine run's last output once it ends (the access log)
+    record: AccessRecord = field(default_factory=AccessRecord)  # stage times and run outcomes (the access log)
 
     def used(self) -> TokenUsage:
         """What the request cost, read when its response has ended (streams and a client that left included):
@@ -86,9 +105,3 @@ class RequestContext:
         if d is not None:
             self.deadline = None if d.stream is None else d.stream.at
             self.first_token_deadline = None if d.first_token is None else d.first_token.at
-
-    def stage(self, name: str, start: float) -> float:
-        """Record the time since `start` under `name`; returns now."""
-        now = time.perf_counter()
-        self.stages_ms[name] = self.stages_ms.get(name, 0.0) + (now - start) * 1e3
-        return now

@@ -223,7 +223,7 @@ async def start_runs(
             ))
             cost += len(ids) + run.max_new_tokens  # what it may cost: a reservation it can never outrun
     runs = Runs(model.engine, requests, cost)
-    ctx.finals = runs.finals  # filled as the runs end: the access log's finish reason and stage times
+    ctx.record.finals = runs.finals  # filled as the runs end: the access log's finish reason and stage times
     await admission.admit(ctx, cost, new_param)
     try:
         runs.start()
@@ -243,6 +243,5 @@ async def collect_finished(runs: Runs, ctx: RequestContext) -> list[RunResult]:
             raise err
     first = results[0].final
     if first is not None and first.timing is not None:
-        for name in ("queue", "prefill", "decode"):
-            ctx.stages_ms[name] = getattr(first.timing, f"{name}_ms")
+        ctx.record.engine(first.timing)
     return results

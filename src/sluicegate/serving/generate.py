@@ -29,7 +29,7 @@ async def prepare(model: ServedModel, req: GenerateRequest, ctx: RequestContext,
     t = time.perf_counter()
     check_text_bytes(model, req.prompt, "prompt", parse_special=req.parse_special)  # before tokenising
     ids = await model.tokenize(req.prompt, parse_special=req.parse_special)
-    ctx.stage("tokenize", t)
+    ctx.record.stage("tokenize", t)
     check_tokens(model, len(ids), req.max_new_tokens, prompt_param="prompt", new_param="max_new_tokens")
     if not model.token_ids:
         raise ApiError(

@@ -178,7 +178,7 @@ async def prepare(
     runner = model.runner
     t = time.perf_counter()
     prompt = await prompt_of(model, req)
-    t = ctx.stage("tokenize", t)
+    t = ctx.record.stage("tokenize", t)
     n_prompt = len(prompt.token_ids)
     requested = req.max_new_tokens
     new_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
@@ -197,7 +197,7 @@ async def prepare(
                 param=param,
                 code="unsupported_schema",
             ) from None
-        ctx.stage("grammar", t)
+        ctx.record.stage("grammar", t)
     params = sampling_params(
         req, model.limits.n_vocab, max_new_tokens=requested or default_new_tokens(model, n_prompt),
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,

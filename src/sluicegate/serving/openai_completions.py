@@ -131,7 +131,7 @@ async def prepare(model: ServedModel, req: CompletionRequest, ctx: RequestContex
     record_user(ctx.request_id, user=req.user)
     t = time.perf_counter()
     all_ids, texts = await _prompt_ids(model, req)
-    ctx.stage("tokenize", t)
+    ctx.record.stage("tokenize", t)
     for k, ids in enumerate(all_ids):
         param = "prompt" if len(all_ids) == 1 else f"prompt[{k}]"
         check_tokens(model, len(ids), req.max_tokens, prompt_param=param, new_param="max_tokens")

@@ -90,7 +90,7 @@ async def _prompt_ids(model: ServedModel, req: PredictionRequest, ctx: RequestCo
         prompt, special = req.input.prompt, req.options.parse_special
         check_text_bytes(model, prompt, "input.prompt", parse_special=special)  # before tokenising
         ids = await model.tokenize(prompt, parse_special=special)
-        ctx.stage("tokenize", t)
+        ctx.record.stage("tokenize", t)
         return ids, "input.prompt"
     assert req.input.messages is not None
     template = template_for(model.runner)
@@ -102,7 +102,7 @@ async def _prompt_ids(model: ServedModel, req: PredictionRequest, ctx: RequestCo
     model.token_budget.check_prompt_bytes(n_bytes, param="input.messages")
     messages = [{"role": m.role, "content": m.content} for m in req.input.messages]
     prompt_ids = (await render(model, template, messages, None, param="input.messages")).token_ids
-    ctx.stage("tokenize", t)
+    ctx.record.stage("tokenize", t)
     return prompt_ids, "input.messages"
 
 

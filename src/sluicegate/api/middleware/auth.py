@@ -128,7 +128,7 @@ class AuthMiddleware:
         t = time.perf_counter()
         with tracing.span("auth", ctx.request_id):
             refusal = await self._authenticate(scope, route, ctx)
-        ctx.stage("auth", t)
+        ctx.record.stage("auth", t)
         if refusal is not None:
             if scope["type"] == "websocket":  # no route takes one today; one added later is guarded too
                 await send({"type": "websocket.close", "code": 1008})

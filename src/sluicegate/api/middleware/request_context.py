@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluicegate.api.envelope import INTERNAL, send_error
-from sluicegate.serving.context import RequestContext
+from sluicegate.serving.context import AccessRecord, RequestContext
 from sluicegate.serving.errors import STATUS, ApiError
 from sluicegate.telemetry.logs import REQUEST_ID
 
@@ -61,7 +61,7 @@ def access_fields(scope: Scope, ctx: RequestContext, status: int, total_ms: floa
     usage = ctx.used()
     fields.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.generated_tokens,
                   cached_tokens=usage.cached_tokens)
-    first = next((f for f in ctx.finals or () if f is not None), None)
+    first = next((f for f in ctx.record.finals if f is not None), None)
     if first is not None and first.finish_reason is not None:
         fields["finish_reason"] = first.finish_reason.value
     if first is not None and first.timing is not None:
@@ -107,7 +107,8 @@ class RequestContextMiddleware:
         start = time.perf_counter()
         supplied = dict(scope["headers"]).get(b"x-request-id", b"")
         request_id = supplied.decode() if _VALID_ID.match(supplied) else new_request_id()
-        ctx = RequestContext(request_id, arrival=arrival)
+        record = AccessRecord()  # this middleware's: Server-Timing and the access line read it
+        ctx = RequestContext(request_id, arrival=arrival, record=record)
         id_token = REQUEST_ID.set(request_id)  # every log line this request causes carries it (telemetry/logs.py)
         state = scope.setdefault("state", {})
         state["ctx"] = ctx
@@ -120,7 +121,7 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 total = (time.perf_counter() - start) * 1e3
-                stages = [f"{name};dur={ms:.3f}" for name, ms in ctx.stages_ms.items()]
+                stages = [f"{name};dur={ms:.3f}" for name, ms in record.stages_ms.items()]
                 timing = ", ".join([*stages, f"total;dur={total:.3f}"])
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                 headers += [(b"x-request-id", request_id.encode()), (b"server-timing", timing.encode())]

@@ -52,11 +52,11 @@ async def read_request(request: Request, model: type[M]) -> tuple[M, RequestCont
     refuse_query(request)
     t = time.perf_counter()
     raw = await request.body()
-    t = ctx.stage("read", t)
+    t = ctx.record.stage("read", t)
     data = parse_json(raw)
-    t = ctx.stage("parse", t)
+    t = ctx.record.stage("parse", t)
     parsed = validate(data, model)
-    ctx.stage("validate", t)
+    ctx.record.stage("validate", t)
     requested = getattr(parsed, "model", None)
     return parsed, ctx, runtime_of(request).served(requested if isinstance(requested, str) else None)
 
@@ -70,7 +70,7 @@ async def read_work(request: Request, model: type[M]) -> tuple[M, ServedModel]:
 def json_reply(payload: BaseModel, ctx: RequestContext) -> Response:
     t = time.perf_counter()
     body = payload.model_dump_json()
-    ctx.stage("serialize", t)
+    ctx.record.stage("serialize", t)
     return Response(body, media_type="application/json")
 
 

@@ -50,7 +50,7 @@ async def read_openai(
     refuse_query(request)
     t = time.perf_counter()
     parsed = parse_openai(parse_json(await request.body()), model, refuse)
-    context_of(request.scope).stage("parse", t)
+    context_of(request.scope).record.stage("parse", t)
     return parsed
 
 
