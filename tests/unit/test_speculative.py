@@ -82,6 +82,15 @@ def test_only_greedy_unconstrained_sequences_are_drafted() -> None:
     assert len(s._drafts(greedy, 100)) == 1
 
 
+def test_a_runners_max_drafts_bounds_every_verification_item() -> None:
+    s = Scheduler(SchedulerConfig(speculative_ngram=8), 2, frozenset({257}), max_drafts=3)
+    greedy = Seq(req(REPEAT, temperature=0.0, max_new_tokens=50), 0)
+    greedy.output_ids = list(REPEAT.encode()[:6])
+    assert s._drafts(greedy, 100) == list(b"t s")  # 8 asked, the runner takes 3
+    assert Scheduler(SchedulerConfig(speculative_ngram=8), 2, frozenset({257}))._drafts(greedy, 100) == list(
+        b"t sat on")
+
+
 def _both(prompt: str, **params: object) -> tuple[Collector, Collector, dict[str, float]]:
     with engine() as (eng, _):
         off = run(eng, req(prompt, temperature=0.0, **params))

@@ -163,7 +163,7 @@ class ModelRuntime:
         if engine.scheduler.drafting is not None:
             log.info("speculative decoding: adaptive (drafts where they pay, verified with the numerics of "
                      "one-token decoding)")
-        elif self.config.engine.speculative_ngram and runner.limits.decoded_kv_exact:
+        elif self.config.engine.speculative_ngram and runner.limits.drafts_exact:
             log.info("speculative decoding is on; drafts are verified with the numerics of one-token decoding")
         elif self.config.engine.speculative_ngram:
             log.warning("speculative decoding is on: a greedy request's tokens may differ from one-token-at-a-time "

@@ -52,6 +52,9 @@ class RunnerLimits:
     # a decoded token's KV equals what a prefill of the same token computes, so a finished reply is reusable as
     # the prompt prefix of the conversation's next turn (docs/engine.md, "Prefix cache")
     decoded_kv_exact: bool = False
+    # several generated tokens verified in one item (speculative decoding) round as one-token decoding does
+    drafts_exact: bool = False
+    max_drafts: int | None = None  # most drafts one verification item may carry (None: the step's budget)
     numerics: str = ""  # which kernels compute (e.g. "flash-attn"): part of `system_fingerprint`
 
 
@@ -64,6 +67,7 @@ class BatchItem:
     start_pos: int
     want_logits: bool = True  # logits of the last token only
     logits_all: bool = False  # logits of every token of the item, in order (speculative verification)
+    prompt: bool = False  # prompt tokens (prefill), not generated ones: a runner may compute the two differently
 
 
 class LoadedModel:

@@ -28,7 +28,7 @@ def measure(r: ModelRunner, repeats: int = 6) -> Calibration:
         times = []
         for _ in range(3):
             r.clear(0)
-            times.append(timed([BatchItem(0, ids[:n_tokens], 0)]))
+            times.append(timed([BatchItem(0, ids[:n_tokens], 0, prompt=True)]))
         return sorted(times)[1]
 
     def decode(slots: range) -> float:
@@ -36,7 +36,7 @@ def measure(r: ModelRunner, repeats: int = 6) -> Calibration:
         for first in range(0, len(slots), per_call):
             for s in slots[first:first + per_call]:
                 r.clear(s)
-            r.execute([BatchItem(s, ids[:SHORT], 0) for s in slots[first:first + per_call]])
+            r.execute([BatchItem(s, ids[:SHORT], 0, prompt=True) for s in slots[first:first + per_call]])
         times = [timed([BatchItem(s, [ids[k]], SHORT + k) for s in slots]) for k in range(repeats + 1)]
         return sorted(times[1:])[repeats // 2]
 

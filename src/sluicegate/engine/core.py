@@ -101,6 +101,7 @@ class Engine:
             cfg = dataclasses.replace(cfg, max_batch_tokens=limits.n_batch)
         self.kv_tier = KvTier(default_budget() if cfg.kv_cache_bytes is None else cfg.kv_cache_bytes)
         self.scheduler = Scheduler(cfg, limits.n_slots, limits.eos_ids, exact_replies=limits.decoded_kv_exact,
+                                   exact_drafts=limits.drafts_exact, max_drafts=limits.max_drafts,
                                    kv_tier=self.kv_tier)
         self.stats = EngineStats(slots_total=limits.n_slots, kv_tokens_total=limits.n_slots * limits.n_ctx)
         self.metrics = EngineMetrics(self.stats, runner.identity.name, registry)
@@ -387,8 +388,8 @@ class Engine:
                 self.metrics.kv_restore.observe(time.monotonic() - began)
 
     def _forward(self, out: SchedulerOutput) -> tuple[list[int], dict[int, TokenLogprob]]:
-        items = [BatchItem(c.seq.slot or 0, c.token_ids, c.start_pos, c.want_logits, logits_all=c.n_draft > 0)
-                 for c in out.chunks]
+        items = [BatchItem(c.seq.slot or 0, c.token_ids, c.start_pos, c.want_logits, logits_all=c.n_draft > 0,
+                           prompt=c.start_pos < c.seq.prompt_len) for c in out.chunks]
         logits = self.runner.execute(items)
         rows = [
             SampleRow(c.seq.request.params, c.seq.seed, len(c.seq.output_ids), c.seq.output_ids,

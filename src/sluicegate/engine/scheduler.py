@@ -119,10 +119,13 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(
         self, config: SchedulerConfig, n_slots: int, eos_ids: frozenset[int], *, exact_replies: bool = False,
-        kv_tier: KvTier | None = None,
+        exact_drafts: bool | None = None, max_drafts: int | None = None, kv_tier: KvTier | None = None,
     ) -> None:
         """`exact_replies`: the runner computes a decoded token's KV exactly as a prefill would
-        (`RunnerLimits.decoded_kv_exact`), so generated tokens join the prefix cache too. `kv_tier`: where
+        (`RunnerLimits.decoded_kv_exact`), so generated tokens join the prefix cache too. `exact_drafts`: drafts
+        verified several in one item round as one-token decoding (`RunnerLimits.drafts_exact`; default:
+        `exact_replies`), so adaptive drafting changes no output. `max_drafts`: most drafts a verification
+        item may carry (`RunnerLimits.max_drafts`). `kv_tier`: where
         evicted slots' KV is saved and restored from (engine/kv_tier.py); the engine applies the saves."""
         if config.max_batch_tokens < n_slots + max(2, config.min_prefill_chunk):
             # every running sequence decodes every step, and a prompt must still make progress
@@ -140,10 +143,12 @@ class Scheduler:
         self.running: list[Seq] = []
         self.waiting_tokens = 0
         self._batch_held = False  # the last step held batch sequences back (engine: interactive prompts first)
-        # adaptive drafting only where verifying drafts is exact (the runner's decoded KV is a prefill's)
+        # adaptive drafting only where verifying drafts is exact
+        exact = exact_replies if exact_drafts is None else exact_drafts
+        self._max_drafts = max_drafts
         self.drafting = (
             DraftPolicy(config.speculative_auto)
-            if exact_replies and config.speculative_auto > 0 and not config.speculative_ngram else None
+            if exact and config.speculative_auto > 0 and not config.speculative_ngram else None
         )
 
     # -- admission ---------------------------------------------------------------------------------------
@@ -250,11 +255,12 @@ class Scheduler:
     def _draft_room(self, seq: Seq, spare: int) -> int:
         """How many drafts `seq` may take: -1 if it is never drafted (sampled, constrained, asking logprobs);
         else at most the step's spare budget, leaving room for the token after them within `max_new_tokens`
-        (so the window holds them too)."""
+        (so the window holds them too), and the runner's `max_drafts`."""
         p = seq.request.params
         if not p.greedy or seq.request.constraint is not None or p.logprobs is not None:
             return -1
-        return max(0, min(spare, p.max_new_tokens - len(seq.output_ids) - 1))
+        room = min(spare, p.max_new_tokens - len(seq.output_ids) - 1)
+        return max(0, room if self._max_drafts is None else min(room, self._max_drafts))
 
     def _drafts(self, seq: Seq, spare: int) -> list[int]:
         """A fixed K's prompt-lookup drafts (engine/speculative.py), within `_draft_room`."""

@@ -74,7 +74,7 @@ def fingerprint(model: ServedModel) -> str:
         f"{model.identity.digest}|block={cfg.block_size}|batch={cfg.max_batch_tokens}|n_ctx={lim.n_ctx}"
         f"|slots={lim.n_slots}|n_batch={lim.n_batch}|sluicegate={__version__}"
         f"{f'|{lim.numerics}' if lim.numerics else ''}"
-        f"{'' if lim.batch_invariant and (lim.decoded_kv_exact or not cfg.speculative_ngram) else '|batch-variant'}"
+        f"{'' if lim.batch_invariant and (lim.drafts_exact or not cfg.speculative_ngram) else '|batch-variant'}"
         f"{_speculative(cfg)}"
     )
     return "fp_" + hashlib.sha256(key.encode()).hexdigest()[:10]
