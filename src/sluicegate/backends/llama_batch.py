@@ -38,10 +38,10 @@ class Batch:
             logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
         )
 
-    def fill(self, items: Sequence[BatchItem]) -> int:
+    def fill(self, items: Sequence[BatchItem], pads: Sequence[int] = ()) -> int:
         """Lay `items` out one after the other; logits for each wanting item's last token (every token of a
-        `logits_all` item). Returns tokens."""
-        if all(len(item.token_ids) == 1 for item in items):  # a decode step: one vectorised write per array
+        `logits_all` item), or its last but `pads[k]` (junk padding, backends/tiled.py). Returns tokens."""
+        if not pads and all(len(item.token_ids) == 1 for item in items):  # decode: one vectorised write an array
             n = len(items)
             self.token[:n] = [item.token_ids[0] for item in items]
             self.pos[:n] = [item.start_pos for item in items]
@@ -49,13 +49,13 @@ class Batch:
             self.logits[:n] = [item.want_logits or item.logits_all for item in items]
         else:
             n = 0
-            for item in items:
-                k = len(item.token_ids)
+            for j, item in enumerate(items):
+                k, junk = len(item.token_ids), pads[j] if pads else 0
                 self.token[n : n + k] = item.token_ids
                 self.pos[n : n + k] = np.arange(item.start_pos, item.start_pos + k, dtype=np.int32)
                 self.seq[n : n + k] = item.slot
                 self.logits[n : n + k] = item.logits_all
-                self.logits[n + k - 1] = item.want_logits or item.logits_all
+                self.logits[n + k - 1 - junk] = item.want_logits or item.logits_all
                 n += k
         self.struct.n_tokens = n
         return n

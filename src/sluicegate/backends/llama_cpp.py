@@ -36,6 +36,7 @@ from sluicegate.backends.base import BatchItem, LoadedModel, Logits, ModelIdenti
 from sluicegate.backends.cpu_threads import ThreadGovernor, usable_cores
 from sluicegate.backends.identity import file_digest, slug
 from sluicegate.backends.llama_batch import Batch, n_rows
+from sluicegate.backends.tiled import TILE_ROWS, pad, twins
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # KV cache element types by name (ggml.h's enum; llama-cpp-python exports only F32 and F16)
@@ -73,12 +74,17 @@ class LlamaCppRunner(LoadedModel):
     def __init__(
         self, path: Path, *, n_ctx: int = 2048, n_slots: int = 16, n_batch: int = 512, n_threads: int | None = None,
         name: str | None = None, version: str | None = None, flash_attn: bool = True, adaptive_threads: bool = True,
-        vocab_only: bool = False, cache_types: tuple[str, str] = ("bf16", "f16"),
+        vocab_only: bool = False, cache_types: tuple[str, str] = ("bf16", "f16"), tiled_prefill: bool = False,
     ) -> None:
         """`vocab_only`: the tokenizer alone (no weights, no context; `execute` is unusable), for a model an
         upstream engine runs. `cache_types`: the K and V cache types with flash attention; an f16 or f32 K of
         V's type (llama.cpp's default) lets ggml leave the one-row path, and the limits then say the numerics
-        depend on the batch."""
+        depend on the batch. `tiled_prefill`: K and V in f16, prompts on the tiled kernel and generated tokens
+        on the one-row path, every call laid out so that each token takes its own (backends/tiled.py)."""
+        if tiled_prefill and not flash_attn:
+            raise ValueError("tiled prefill is a flash-attention kernel: it needs flash attention on")
+        if tiled_prefill:
+            cache_types = ("f16", "f16")
         _init_backend()
         self._path = path
         mparams = L.llama_model_default_params()
@@ -92,8 +98,12 @@ class LlamaCppRunner(LoadedModel):
         self._vocab = L.llama_model_get_vocab(self._model)
         n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(self._model)) or n_ctx)
         cparams = L.llama_context_default_params()
-        cparams.n_ctx = n_ctx * n_slots
-        cparams.n_batch = n_batch
+        self._tiled = tiled_prefill
+        # tiled: room after the window for a last prompt piece's padding, and in a call for every slot's
+        self._stream = n_ctx + (TILE_ROWS if tiled_prefill else 0)
+        call_tokens = n_batch + ((TILE_ROWS + 1) * n_slots if tiled_prefill else 0)
+        cparams.n_ctx = self._stream * n_slots
+        cparams.n_batch = call_tokens
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_slots
         cparams.kv_unified = False
@@ -118,15 +128,18 @@ class LlamaCppRunner(LoadedModel):
             raise ValueError("could not create a llama.cpp context (too many slots or too long a window?)")
         self._mem = L.llama_get_memory(self._ctx) if self._ctx else None
         self._n_vocab = int(L.llama_vocab_n_tokens(self._vocab))
-        self._batch = Batch(n_batch)
+        self._batch = Batch(call_tokens)
         self._piece_cache: dict[int, bytes] = {}
         eos = {i for i in range(self._n_vocab) if L.llama_vocab_is_eog(self._vocab, i)}
         bos = int(L.llama_vocab_bos(self._vocab))
         self._limits = RunnerLimits(
             n_ctx=n_ctx, n_slots=n_slots, n_vocab=self._n_vocab, n_batch=n_batch,
             eos_ids=frozenset(eos), bos_id=bos if bos >= 0 else None,
-            batch_invariant=one_row, decoded_kv_exact=flash_attn and one_row,
-            numerics=f"flash-attn:k={cache_types[0]}:v={cache_types[1]}" if flash_attn else "",
+            batch_invariant=one_row or tiled_prefill, decoded_kv_exact=flash_attn and one_row,
+            drafts_exact=flash_attn and (one_row or tiled_prefill),
+            max_drafts=TILE_ROWS - 2 if tiled_prefill else None,  # a verification item stays under the tiled rows
+            numerics=(f"flash-attn:k={cache_types[0]}:v={cache_types[1]}" + (":tiled-prefill" if tiled_prefill else "")
+                      if flash_attn else ""),
         )
         digest = "unknown" if vocab_only else file_digest(path)
         meta_name = self._meta("general.name")
@@ -209,19 +222,22 @@ class LlamaCppRunner(LoadedModel):
                 self._governor.done()
 
     def _execute(self, batch: Sequence[BatchItem]) -> Logits:
-        if self._flash:
+        if self._flash and not self._tiled:
             return self._decode(batch)
         first_row = [0]  # item k's logits rows are first_row[k] .. first_row[k+1]-1 of the result
         for item in batch:
             first_row.append(first_row[-1] + n_rows(item))
         total = first_row[-1]
         by_slot = sorted(range(len(batch)), key=lambda k: batch[k].slot)
-        singles = [k for k in by_slot if len(batch[k].token_ids) == 1]
-        chunks = [k for k in reversed(by_slot) if len(batch[k].token_ids) > 1]
+        single = [len(item.token_ids) == 1 and not (self._tiled and item.prompt) for item in batch]
+        singles = [k for k in by_slot if single[k]]
+        chunks = [k for k in reversed(by_slot) if not single[k]]
 
         def rows_of(group: list[int]) -> list[int]:
             return [r for k in group for r in range(first_row[k], first_row[k + 1])]
 
+        if self._tiled:
+            return self._execute_tiled(batch, singles, chunks, rows_of(singles), rows_of(chunks), total)
         if not chunks:
             view = self._decode([batch[k] for k in singles])
             rows = rows_of(singles)
@@ -237,10 +253,46 @@ class LlamaCppRunner(LoadedModel):
                 out[rows_of(group)] = view
         return out
 
-    def _decode(self, items: Sequence[BatchItem]) -> Logits:
+    def _execute_tiled(self, batch: Sequence[BatchItem], singles: list[int], chunks: list[int],
+                       single_rows: list[int], chunk_rows: list[int], total: int) -> Logits:
+        """The plain kernels' two-call layout (each prompt piece whole in its own micro-batch) with every prompt
+        piece padded to the tiled kernel's rows and every lone decode token twinned (backends/tiled.py); the
+        junk's KV is removed after its call."""
+        out = np.empty((total, self._n_vocab), dtype=np.float32)
+        if singles:
+            items = [batch[k] for k in singles]
+            extra = twins(items, self._limits.n_slots, self._end_of)
+            n = self._threads
+            if extra is None:  # nowhere to host a twin: on one thread split-KV is the one-row path
+                L.llama_set_n_threads(self._ctx, 1, 1)
+            try:
+                view = self._decode(sorted([*items, *(extra or [])], key=lambda it: it.slot))
+                if not chunks and single_rows == list(range(total)):
+                    out = view
+                else:
+                    out[single_rows] = view
+            finally:
+                for t in extra or []:
+                    L.llama_memory_seq_rm(self._mem, t.slot, t.start_pos, -1)
+                if extra is None:
+                    L.llama_set_n_threads(self._ctx, n, n)
+        if chunks:
+            padded = [pad(batch[k], self._stream) for k in chunks]
+            try:
+                out[chunk_rows] = self._decode([it for it, _ in padded], [n for _, n in padded])
+            finally:
+                for it, n in padded:
+                    if n:
+                        L.llama_memory_seq_rm(self._mem, it.slot, it.start_pos + len(it.token_ids) - n, -1)
+        return out
+
+    def _end_of(self, slot: int) -> int:
+        return int(L.llama_memory_seq_pos_max(self._mem, slot)) + 1
+
+    def _decode(self, items: Sequence[BatchItem], pads: Sequence[int] = ()) -> Logits:
         """One `llama_decode` of `items` (logits rows as `fill` asked for them, in item order): a view."""
         b = self._batch
-        n = b.fill(items)
+        n = b.fill(items, pads)
         rc = L.llama_decode(self._ctx, b.struct)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
