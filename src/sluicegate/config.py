@@ -20,6 +20,7 @@ class ModelConfig:
     n_threads: int | None = None  # most CPU threads for compute; None: the usable cores (affinity, cgroup quota)
     adaptive_threads: bool = True  # fewer threads while other processes hold cores (backends/cpu_threads.py)
     flash_attn: bool = True  # flash attention on its one-row path: exact in any batch, decoded KV reusable
+    tiled_prefill: bool = False  # prompts on flash attention's tiled kernel (faster long prefill), still exact
 
 
 @dataclass(frozen=True, slots=True)

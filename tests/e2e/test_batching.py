@@ -3,16 +3,19 @@
 The server has 16 slots, so half of the concurrent requests wait and join as others leave; prompts from a
 few tokens to ~500 (decoding well past the 256 positions where llama.cpp's flash-attention kernels used to
 change numerics) and some sharing a long prefix, so prefill chunks, decode steps and prefix reuse all mix.
+The same on a server with `--tiled-prefill` (prompts on the tiled kernel, generated tokens on the one-row
+path, padding and twin rows: backends/tiled.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, start_server, stop_server
 
 SYSTEM = (
     "You are a careful assistant. Answer briefly, cite no sources, and never invent facts. "
@@ -61,8 +64,24 @@ async def _all(server: Server, reqs: list[dict[str, object]]) -> list[dict[str, 
     return [r.json() for r in rs]
 
 
+@pytest.fixture(scope="module")
+def tiled_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("tiled"), "--slots", "16", "--tiled-prefill")
+    yield srv
+    stop_server(srv)
+
+
 @pytest.mark.timeout(1200)  # about 30 s on a quiet 2-core machine; minutes under contention
 def test_32_concurrent_requests_equal_the_same_requests_one_at_a_time(server: Server) -> None:
+    check_batched_equals_alone(server)
+
+
+@pytest.mark.timeout(1200)
+def test_the_same_with_tiled_prefill(tiled_server: Server) -> None:
+    check_batched_equals_alone(tiled_server)
+
+
+def check_batched_equals_alone(server: Server) -> None:
     reqs = bodies()
     assert len(reqs) == 32
     with httpx.Client(base_url=server.url, timeout=900) as c:

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     def factory() -> LlamaCppRunner:
         return LlamaCppRunner(path, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch, n_threads=m.n_threads,
-                              name=m.name, version=m.version, flash_attn=m.flash_attn,
+                              name=m.name, version=m.version, flash_attn=m.flash_attn, tiled_prefill=m.tiled_prefill,
                               adaptive_threads=m.adaptive_threads)
 
     store, refusal = serve_store(config.store, host=s.host, insecure_no_auth=s.insecure_no_auth)

@@ -136,7 +136,8 @@ def to_config(s: ServeSettings, *, model_path: Path | None = None, default_name:
     name, version = served_identity(s)
     return Config(
         model=ModelConfig(path=model_path or s.model, name=name, version=version, n_ctx=s.ctx, n_slots=s.slots,
-                          n_threads=s.threads, adaptive_threads=s.adaptive_threads, flash_attn=s.flash_attn),
+                          n_threads=s.threads, adaptive_threads=s.adaptive_threads, flash_attn=s.flash_attn,
+                          tiled_prefill=s.tiled_prefill),
         engine=engine_config(s),
         limits=limits_config(s),
         deadlines=DeadlineConfig(default_timeout_s=s.default_timeout, max_timeout_s=s.max_timeout),

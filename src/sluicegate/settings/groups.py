@@ -62,6 +62,11 @@ class ModelSettings(Group):
     """llama.cpp flash attention, every call kept on its one-row path: outputs never depend on batching, and a
     conversation's earlier replies are reused from the cache (default: on; --no-flash-attn: the plain attention
     kernels)"""
+    tiled_prefill: Bool = _M.tiled_prefill
+    """prompts on flash attention's tiled kernel (K and V cache in f16), generated tokens on its one-row path: long
+    prompts prefill as fast as llama-server's, outputs still never depend on batching, but a conversation's earlier
+    replies are computed again as prompt, and a lone sequence's decode step past 192 positions carries a junk row
+    (default: off; docs/engine.md, "Tiled prefill")"""
     speculative_ngram: Annotated[str | int, Flag(t.speculative, "auto|K")] = Field(
         "auto", description="speculative decoding for greedy requests, prompt-lookup drafts verified in one step. "
         f"auto (the default): only where verification is exact (flash attention), at most {_E.speculative_auto} "
