@@ -34,16 +34,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=True,
                     help="flash attention on its one-row path, as served (default), or the plain kernels")
+    ap.add_argument("--tiled-prefill", action="store_true",
+                    help="prompts on the tiled kernel, generated tokens on the one-row path (backends/tiled.py)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--reuse-sweep", type=int, default=0, metavar="N", help="also check reuse at lengths 1..N")
     args = ap.parse_args()
     r = LlamaCppRunner(default_model_path(), n_ctx=2048, n_slots=8, n_batch=512, n_threads=args.threads,
-                       flash_attn=args.flash_attn)
+                       flash_attn=args.flash_attn, tiled_prefill=args.tiled_prefill)
     rng = np.random.default_rng(7)
     prompt = [int(t) for t in rng.integers(100, 40_000, size=900)]
     other = [int(t) for t in rng.integers(100, 40_000, size=1800)]
     results: list[tuple[str, int, int, float]] = []
     mode = "flash attention on (the server's default)" if args.flash_attn else "flash attention off"
+    mode += ", tiled prefill" if args.tiled_prefill else ""
     print(f"\n{mode}\n", flush=True)
     print("| check | bit-identical | max abs diff |\n|---|---|---|", flush=True)
 
@@ -55,14 +58,14 @@ def main() -> None:
         pos = start
         while pos < len(ids):
             end = min(len(ids), pos + 512)
-            r.execute([BatchItem(slot, ids[pos:end], pos, False)])
+            r.execute([BatchItem(slot, ids[pos:end], pos, False, prompt=True)])
             pos = end
 
     def prefill(slot: int, ids: list[int], bounds: list[int]) -> np.ndarray:
         r.clear(slot)
         out = np.empty(0, np.float32)
         for a, b in itertools.pairwise(bounds):
-            out = r.execute([BatchItem(slot, ids[a:b], a, True)])[0].copy()
+            out = r.execute([BatchItem(slot, ids[a:b], a, True, prompt=True)])[0].copy()
         return out
 
     def blocks(n: int, size: int = 64) -> list[int]:
@@ -122,7 +125,7 @@ def main() -> None:
                 r.clear(slot)
                 fill(slot, other[:length])
             items = [BatchItem(s, [7], length, True) for s, length in neighbours.items()]
-            got = r.execute([*items, BatchItem(0, prompt[start:end], start, True)])[-1]
+            got = r.execute([*items, BatchItem(0, prompt[start:end], start, True, prompt=True)])[-1]
             same += bool(np.array_equal(solo, got))
             worst = max(worst, float(np.max(np.abs(solo - got))))
             n += 1
@@ -136,7 +139,7 @@ def main() -> None:
         fill(1, prompt[:shared_len] + other[:300])  # another request with the same first blocks
         r.copy(1, 2)
         r.truncate(2, shared_len)
-        got = r.execute([BatchItem(2, prompt[shared_len:total], shared_len, True)])[0]
+        got = r.execute([BatchItem(2, prompt[shared_len:total], shared_len, True, prompt=True)])[0]
         same += bool(np.array_equal(cold, got))
         worst = max(worst, float(np.max(np.abs(cold - got))))
         n += 1
@@ -151,7 +154,7 @@ def main() -> None:
             cold = prefill(0, ids, [0, len(ids)])
             r.copy(1, 2)
             r.truncate(2, k)
-            got = r.execute([BatchItem(2, ids[k:], k, True)])[0]
+            got = r.execute([BatchItem(2, ids[k:], k, True, prompt=True)])[0]
             same += bool(np.array_equal(cold, got))
             worst = max(worst, float(np.max(np.abs(cold - got))))
         report(f"sweep: prefix reused at every length 1..{args.reuse_sweep} vs prefilled cold", same,

@@ -9,6 +9,8 @@ Through `LlamaCppRunner` (2 threads, pinned, one slot), in interleaved rounds:
   plain        `--no-flash-attn`: the plain kernels (exact whatever the batch; replies recomputed)
   llama.cpp    flash attention with f16/f16, llama.cpp's default and llama-server's: the tiled kernel for calls
                of many rows, so its results depend on how a prompt is split (not offered by the server)
+  tiled        `--tiled-prefill`: f16/f16 with every prompt piece on the tiled kernel and every generated token
+               on the one-row path (a lone decode step past 256 positions carries a twin row in slot 1)
 
 For each prompt length L: the prompt in calls of at most 512 tokens, as the engine's steps carry it (prompt
 tokens per second, median of 3), then a lone sequence's decode step at position L (median of 10 steps).
@@ -29,14 +31,16 @@ from bench.kv_types import lone_step_ms
 from sluicegate.backends.base import BatchItem
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
 
-SETUPS = {"shipped": (True, ("bf16", "f16")), "plain": (False, ("f16", "f16")), "llama.cpp": (True, ("f16", "f16"))}
+SETUPS = {"shipped": (True, ("bf16", "f16")), "plain": (False, ("f16", "f16")), "llama.cpp": (True, ("f16", "f16")),
+          "tiled": (True, ("f16", "f16"))}
 LENGTHS = (64, 128, 256, 512, 1024)
 
 
 def measure(name: str, ids: list[int]) -> dict[str, float]:
     flash, types = SETUPS[name]
-    r = LlamaCppRunner(default_model_path(), n_ctx=2048, n_slots=1, n_threads=2, adaptive_threads=False,
-                       flash_attn=flash, cache_types=types)
+    # two slots: a lone decode step's twin row needs a neighbour to host it (backends/tiled.py)
+    r = LlamaCppRunner(default_model_path(), n_ctx=2048, n_slots=2, n_threads=2, adaptive_threads=False,
+                       flash_attn=flash, cache_types=types, tiled_prefill=name == "tiled")
     try:
         out: dict[str, float] = {}
         for n in LENGTHS:
@@ -45,7 +49,7 @@ def measure(name: str, ids: list[int]) -> dict[str, float]:
                 r.clear(0)
                 t0 = time.perf_counter()
                 for a in range(0, n, 512):
-                    r.execute([BatchItem(0, ids[a : min(n, a + 512)], a, a + 512 >= n)])
+                    r.execute([BatchItem(0, ids[a : min(n, a + 512)], a, a + 512 >= n, prompt=True)])
                 times.append(time.perf_counter() - t0)
             out[f"prefill@{n}"] = n / float(np.median(times))
             out[f"step@{n}"] = lone_step_ms(r, n, 10)
