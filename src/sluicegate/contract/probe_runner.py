@@ -154,8 +154,10 @@ def run_probe(client: httpx.Client, probe: Probe, *, timeout: float | None = Non
         headers["content-length"] = str(probe.content_length)
     start = time.perf_counter()
     try:
-        limit: Any = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
-        with client.stream(probe.method, probe.path, content=content, headers=headers, timeout=limit) as resp:
+        # no timeout argument at all for the client's own: a test client may be an httpx2 one, whose
+        # use-the-default marker is not httpx's
+        limit: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        with client.stream(probe.method, probe.path, content=content, headers=headers, **limit) as resp:
             data = bytearray()
             for chunk in resp.iter_bytes():
                 data += chunk[: READ_CAP - len(data)]
