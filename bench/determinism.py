@@ -20,14 +20,13 @@ the results.
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 
 import numpy as np
 
 from sluicegate.backends.base import BatchItem
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
-from sluicegate.testing.decoding import greedy_in_company
+from sluicegate.testing.decoding import greedy_in_company, prefill_cut
 
 
 def main() -> None:
@@ -62,11 +61,7 @@ def main() -> None:
             pos = end
 
     def prefill(slot: int, ids: list[int], bounds: list[int]) -> np.ndarray:
-        r.clear(slot)
-        out = np.empty(0, np.float32)
-        for a, b in itertools.pairwise(bounds):
-            out = r.execute([BatchItem(slot, ids[a:b], a, True, prompt=True)])[0].copy()
-        return out
+        return prefill_cut(r, slot, ids, bounds)
 
     def blocks(n: int, size: int = 64) -> list[int]:
         return [*range(0, n, size), n]

@@ -10,7 +10,7 @@ Through `LlamaCppRunner` (2 threads, pinned, one slot), in interleaved rounds:
   llama.cpp    flash attention with f16/f16, llama.cpp's default and llama-server's: the tiled kernel for calls
                of many rows, so its results depend on how a prompt is split (not offered by the server)
   tiled        `--tiled-prefill`: f16/f16 with every prompt piece on the tiled kernel and every generated token
-               on the one-row path (a lone decode step past 256 positions carries a twin row in slot 1)
+               on the one-row path (a lone decode step from 192 positions carries a twin row in slot 1)
 
 For each prompt length L: the prompt in calls of at most 512 tokens, as the engine's steps carry it (prompt
 tokens per second, median of 3), then a lone sequence's decode step at position L (median of 10 steps).

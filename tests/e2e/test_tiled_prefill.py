@@ -7,16 +7,14 @@ neighbouring slot, or computed on one thread where there is none), and the junk 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
-import llama_cpp as L
 import numpy as np
 import pytest
 
 from sluicegate.backends.base import BatchItem
 from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
-from sluicegate.testing.decoding import greedy_in_company
+from sluicegate.testing.decoding import greedy_in_company, prefill_cut
 
 RNG = np.random.default_rng(3)
 PROMPT = [int(t) for t in RNG.integers(100, 40_000, size=700)]
@@ -30,20 +28,11 @@ def runner() -> Iterator[LlamaCppRunner]:
     r.close()
 
 
-def prefill(r: LlamaCppRunner, slot: int, ids: list[int], bounds: list[int]) -> np.ndarray:
-    """Prefill `ids` into `slot` cut at `bounds`; a piece over the runner's n_batch is cut again."""
-    r.clear(slot)
-    out = np.empty(0, np.float32)
-    step = r.limits.n_batch
-    for a, b in itertools.pairwise(bounds):
-        for lo in range(a, b, step):
-            hi = min(b, lo + step)
-            out = np.array(r.execute([BatchItem(slot, ids[lo:hi], lo, True, prompt=True)])[0], copy=True)
-    return out
+prefill = prefill_cut
 
 
 def end_of(r: LlamaCppRunner, slot: int) -> int:
-    return int(L.llama_memory_seq_pos_max(L.llama_get_memory(r._ctx), slot)) + 1
+    return r._end_of(slot)
 
 
 def test_the_runner_reports_its_numerics(runner: LlamaCppRunner) -> None:

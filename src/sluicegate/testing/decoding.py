@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from sluicegate.backends.base import BatchItem, ModelRunner
@@ -23,3 +25,16 @@ def greedy_in_company(runner: ModelRunner, tok: int, pos: int, neighbours: dict[
         for s in at:
             at[s] += 1
     return rows
+
+
+def prefill_cut(runner: ModelRunner, slot: int, ids: list[int], bounds: list[int]) -> np.ndarray:
+    """Clear `slot` and prefill `ids` cut at `bounds` (a piece over the runner's n_batch is cut again); returns
+    the last piece's logits row (a copy)."""
+    runner.clear(slot)
+    out = np.empty(0, np.float32)
+    step = runner.limits.n_batch
+    for a, b in itertools.pairwise(bounds):
+        for lo in range(a, b, step):
+            hi = min(b, lo + step)
+            out = np.array(runner.execute([BatchItem(slot, ids[lo:hi], lo, True, prompt=True)])[0], copy=True)
+    return out
