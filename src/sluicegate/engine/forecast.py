@@ -3,13 +3,14 @@ already admitted past theirs (docs/timeouts.md, "Deadline admission").
 
 The model of a step, **calibrated while the model loads** (`Engine.calibrate`, before `/readyz` says ready):
 
-    step(b)       = step_1 + (step_n - step_1) * (b - 1) / (n - 1)     a decode step of b sequences
+    step(b)       = linear between decode steps measured at b = 1, 2, 4, ... and n sequences
     cost(b, p)    = step(max(b, 1)) + p * token_s                      a step that also prefills p prompt tokens
 
-`step_1` and `step_n` are decode steps measured at one sequence and at the full slot count `n`; `token_s` is
-what each prompt token of a full chunk adds. On a CPU a decode step's cost grows with the sequences it carries
-(one pass over the weights, plus each sequence's own work): 16 sequences took ~15x one here, so the batch a
-request would join matters as much as the queue ahead of it.
+`step_1` and `step_n` are decode steps measured at one sequence and at the full slot count `n`, `between` at the
+powers of two between (engine/calibrate.py); `token_s` is what each prompt token of a full chunk adds. On a CPU
+a decode step's cost grows with the sequences it carries (one pass over the weights, plus each sequence's own
+work): 16 sequences took ~9x one here, so the batch a request would join matters as much as the queue ahead of
+it; and it grows most at the second sequence (`Calibration.step`).
 
 The calibration is corrected by what every step measures (`Throughput.observe`): `scale`, a moving average of
 log(measured / modelled), kept at one sequence and at every slot (log-linear in between; least mean squares
@@ -76,12 +77,21 @@ class Calibration:
     step_1: float  # seconds, a decode step of one sequence
     step_n: float  # seconds, a decode step of n_slots sequences
     token_s: float  # seconds each prompt token adds to a step
+    between: tuple[tuple[int, float], ...] = ()  # (batch, seconds) measured between 1 and n_slots, ascending
 
     def step(self, batch: int) -> float:
+        """Linear between the measured batch sizes: a step is not linear in its batch on a CPU (two sequences
+        took 1.9x one, sixteen 8.9x: the first extra sequence leaves the one-row kernels), so a straight line
+        from 1 to n under-estimated the batches a burst fills by up to 27%."""
         if self.n_slots <= 1:
             return self.step_1
         b = min(max(batch, 1), self.n_slots)
-        return self.step_1 + max(0.0, self.step_n - self.step_1) * (b - 1) / (self.n_slots - 1)
+        lo_b, lo_s = 1, self.step_1
+        for hi_b, hi_s in (*self.between, (self.n_slots, max(self.step_1, self.step_n))):
+            if b <= hi_b:
+                return lo_s + max(0.0, hi_s - lo_s) * (b - lo_b) / max(1, hi_b - lo_b)
+            lo_b, lo_s = hi_b, max(lo_s, hi_s)
+        return lo_s
 
     def cost(self, decoding: int, prompt_tokens: int) -> float:
         """A step carrying `decoding` decode tokens and `prompt_tokens` prompt tokens."""
