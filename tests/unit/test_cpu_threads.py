@@ -173,6 +173,22 @@ def test_the_same_window_without_the_idle_spell_takes_a_thread() -> None:
     assert steps(gov, 1) == 1
 
 
+def test_a_client_that_sent_a_burst_and_went_quiet_gives_the_thread_back_at_the_next_window() -> None:
+    """The burst that ends an idle spell is sent by a client on the same machine: runnable at the look, quiet a
+    moment later. The next window measures that and replaces the look (averaged in, the look kept the thread
+    away for five windows: a burst's first answers at 1.7x the step time)."""
+    feed = Feed()
+    gov = governor(feed)
+    steps(gov, 5)
+    feed.idle(20.0)
+    feed.seen, feed.runnable = 0, 1  # the client is sending its burst at the look
+    assert gov.pick() == 1  # the first step of the burst (its prefill): no `done` yet, so no idle spell next
+    assert gov.pick() == 2  # the window since: no neighbour used the cores
+    assert gov.changes == 2
+    feed.seen = 1  # a neighbour that does hold a core after the look still takes its thread, as before
+    assert settle(gov) == 1
+
+
 def test_a_neighbour_still_running_after_the_idle_spell_keeps_its_thread() -> None:
     feed = Feed()
     gov = governor(feed)

@@ -18,7 +18,11 @@ stopped (a second server that just answered, a build that finished) would otherw
 prefill on one thread (2x slower: docs/benchmarks.md, "Compute threads after an idle spell"), and one that
 started while it idled would take a few samples to show. So the first step after an idle spell looks at the
 run queue instead (`runnable_neighbours`, up to four looks 2 ms apart, the least kept): the average
-restarts at the number of other processes' threads runnable then. A CPU-bound neighbour is runnable at every
+restarts at the number of other processes' threads runnable then, and the next window (a quarter of a second
+later) replaces that look instead of joining it. A client that sends a burst to an idle server is runnable at
+the look and gone a moment later; averaged in, the look kept one thread away for about two seconds (five
+windows to fall below `up_at`), a burst's whole first answers computed at 1.7x the step time
+(docs/benchmarks.md, "Overload"). A CPU-bound neighbour is runnable at every
 look and takes its thread at once; one that has gone is forgotten at once. llama.cpp's thread count does not change any
 result: each output element is computed by one thread whatever the split (tested token for token in
 tests/e2e/test_runner_e2e.py).
@@ -155,6 +159,7 @@ class ThreadGovernor:
         self._next = 0.0
         self._ended: float | None = None  # when the last step ended (`done`), until the next pick
         self.busy = 0.0  # smoothed runnable neighbours
+        self._looked = False  # `busy` is a look at the run queue, not yet a measured window
         self.threads = self.max_threads
         self.changes = 0  # how often the count changed (metrics, tests)
 
@@ -187,9 +192,14 @@ class ThreadGovernor:
         seen = self._sample()
         if seen is None:
             return self.threads
-        self.busy += self.weight * (seen - self.busy)
+        # The first window after a look at the run queue replaces the look rather than joining the average: the
+        # look saw an instant (a client sending the burst that ended the idle spell is runnable then, for a
+        # fraction of a second), the window measures the time since.
+        self.busy = seen if self._looked else self.busy + self.weight * (seen - self.busy)
+        self._looked = False
         if resumed and (running := self._still_running()) is not None:
             self.busy = float(running)  # the window spanned an idle spell: what runs now is what counts
+            self._looked = True
         # Neighbours that hold a core each, rounded with hysteresis: a fractional average between up_at and
         # down_at keeps the previous decision.
         held = math.floor(self.busy) + (1 if self.busy - math.floor(self.busy) >= self.down_at else 0)
