@@ -90,10 +90,11 @@ def test_one_slow_step_barely_moves_the_estimate() -> None:
     assert not t.speed.measured  # nothing before calibration
     t.calibrate(CAL, now=0.0)
     t.observe(0, 30, 3.0, now=3.0)  # 3 s for a 30-token prompt: ~75x its model
-    assert t.speed.scale(3.0) == pytest.approx(MAX_RATIO ** ALPHA)  # clamped, and one step among many
+    assert t.speed.prompt_scale(3.0) == pytest.approx(MAX_RATIO ** ALPHA)  # clamped, and one step among many
+    assert t.speed.scale(3.0) == 1.0  # a prompt's cost is not a decode step's
     for k in range(30):
         t.observe(1, 0, 0.01, now=3.0 + 0.01 * k)
-    assert t.speed.scale(3.3) < 1.05
+    assert t.speed.scale(3.3) < 1.05 and t.speed.prompt_scale(3.3) < 1.2
     f = forecast(t.speed, Load(), SHAPE, 10, 64, Priority.INTERACTIVE, now=3.3)
     assert f is not None and f.total_s < 1.0  # an idle engine: 0.02 + 0.01 + 63 x 10 ms, not 10 s
 
@@ -291,3 +292,48 @@ def test_prompt_tokens_the_cache_serves_are_not_charged() -> None:
     req = request(prompt=1000, new=20, deadline=served.total_s * (1 + HEADROOM) + 0.01)
     assert judge(SPEED, busy, SHAPE, req, now=0.0).verdict is Verdict.SHED
     assert judge(SPEED, busy, SHAPE, req, now=0.0, cached=960).verdict is Verdict.FITS
+
+
+def test_prompt_tokens_beside_decodes_correct_their_own_cost() -> None:
+    """Decode steps at their calibration, and steps that also carry 20 prompt tokens at twice the calibrated
+    cost a token (prompt tokens beside 16 decodes cost that here): the prompt correction learns 2, the decode one
+    stays at 1 (one correction for both made every decode step 8% slower than it was)."""
+    t = Throughput()
+    t.calibrate(CAL, now=0.0)
+    now = 0.0
+    for _ in range(200):
+        for p, secs in ((0, 0.15), (20, 0.15 + 20 * 0.002), (0, 0.15)):
+            now += secs
+            t.observe(16, p, secs, now)
+    s = t.speed
+    assert s.scale(now, 16) == pytest.approx(1.0, rel=0.02)
+    assert s.prompt_scale(now) == pytest.approx(2.0, rel=0.05)
+    # the prompt tokens took 0.04 s of every 0.49 s of steps that carried decodes
+    assert s.interrupted(now) == pytest.approx(0.04 / 0.49, rel=0.1)
+    assert s.interrupted(now + 5 * DECAY_S) < 0.01  # an idle engine: nobody is arriving
+    alone = Throughput()
+    alone.calibrate(CAL, now=0.0)
+    alone.observe(0, 40, 0.05, now=0.05)  # one client: its prompt alone, then its decodes
+    for k in range(1, 64):
+        alone.observe(1, 0, 0.01, now=0.05 + 0.01 * k)
+    assert alone.speed.interrupted(0.7) == 0.0  # its prompt held up no one
+
+
+def test_a_run_is_forecast_with_the_prompts_that_come_after_it() -> None:
+    """Fifteen running, one slot free: the new request starts now and runs 64 steps; at twice capacity every
+    slot that frees meanwhile takes a new prompt. With a fifth of recent decode time taken by others' prompts,
+    its run is forecast a quarter longer; the part of a run before the last known request starts is not
+    stretched (its prompts are counted one by one)."""
+    running = Load([Work(0, 64 - k * 4) for k in range(15)])
+    calm, busy = SPEED, replace(SPEED, mixed=0.2)
+    f0 = forecast(calm, running, SHAPE, 20, 64, Priority.INTERACTIVE)
+    f1 = forecast(busy, running, SHAPE, 20, 64, Priority.INTERACTIVE)
+    assert f0 is not None and f1 is not None
+    assert f1.total_s == pytest.approx(f0.total_s * 1.25, rel=0.01)
+    assert f1.idle_total_s == f0.idle_total_s  # an idle server has no one arriving
+    full = Load([Work(0, 64) for _ in range(16)], [Work(20, 64)])  # it waits behind one queued request
+    g0 = forecast(calm, full, SHAPE, 20, 64, Priority.INTERACTIVE)
+    g1 = forecast(busy, full, SHAPE, 20, 64, Priority.INTERACTIVE)
+    assert g0 is not None and g1 is not None
+    assert g1.wait_s == g0.wait_s  # later prompts queue behind it: they come after its slot is free
+    assert g1.total_s - g1.wait_s == pytest.approx((g0.total_s - g0.wait_s) * 1.25, rel=0.02)

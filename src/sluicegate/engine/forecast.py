@@ -67,6 +67,8 @@ HEADROOM = 0.1  # admit only a forecast this fraction inside the time left: the 
 COLD_HEADROOM = 0.5  # ... and this much while no recent step has confirmed the estimate (`Speed.headroom`)
 BURST_S = 1.0  # more requests than slots judged within this: a burst, judged with `COLD_HEADROOM` (`judge`)
 CONFIRM_ALPHA = 1 / 16  # each step's weight in the confirmation (16 steps: 63% confirmed)
+MIX_S = 5.0  # seconds of steps the share of decoding time that others' prompts took is averaged over
+MAX_MIXED = 0.75  # ... counted at most this (a run forecast at most 4x its decode steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,9 @@ class Speed:
     log_n: float = 0.0
     slow_1: float = 0.0  # the same averaged over many more steps (`SLOW_ALPHA`), never decayed
     slow_n: float = 0.0
+    log_p: float = 0.0  # the correction's logarithm for the prompt tokens a step carries, and its long run
+    slow_p: float = 0.0
+    mixed: float = 0.0  # of the time steps carried decodes, the share other requests' prompts took, as of `at`
     at: float = 0.0  # monotonic time of the last step measured
     steps: int = 0
     sure: float = 0.0  # how far recent steps have confirmed the estimate, 0 to 1, as of `at` (`headroom`)
@@ -117,12 +122,15 @@ class Speed:
         """A forecast exists (the engine was calibrated)."""
         return self.calibration is not None
 
+    def _decayed(self, now: float) -> float:
+        return math.exp(-max(0.0, now - self.at) / DECAY_S)
+
     def _ends(self, now: float) -> tuple[float, float]:
         """The correction's logarithms at both ends, decayed over idle time towards the faster of the calibration
         and the long-run correction: never towards a slower estimate than either, so an idle engine always ends
         up admitting what either says fits (a calibration taken while other work held the cores is corrected
         by the long-run average, and a long-run average from a busy hour by the calibration)."""
-        k = math.exp(-max(0.0, now - self.at) / DECAY_S)
+        k = self._decayed(now)
         t1, tn = min(0.0, self.slow_1), min(0.0, self.slow_n)
         return t1 + (self.log_1 - t1) * k, tn + (self.log_n - tn) * k
 
@@ -145,6 +153,20 @@ class Speed:
         w, (l1, ln) = self._weight(batch), self._ends(now)
         return math.exp((1 - w) * l1 + w * ln)
 
+    def _log_p(self, now: float) -> float:
+        t = min(0.0, self.slow_p)
+        return t + (self.log_p - t) * self._decayed(now)
+
+    def prompt_scale(self, now: float) -> float:
+        """Measured / modelled cost of the prompt tokens a step carries (decays like `scale`)."""
+        return math.exp(self._log_p(now))
+
+    def interrupted(self, now: float) -> float:
+        """Of the time a running request's steps take, the share other requests' prompts add (0 to `MAX_MIXED`):
+        measured over the last `MIX_S` seconds of steps that carried decodes, decayed with idle time (an idle
+        engine has no one arriving). What requests admitted later will cost one running now (`plan`)."""
+        return min(MAX_MIXED, self.mixed * self._decayed(now))
+
     def best_scale(self, now: float) -> float:
         """The most optimistic correction known for one sequence: what an idle server's forecast uses (NEVER)."""
         return min(1.0, math.exp(self.slow_1), self.scale(now, 1))
@@ -166,23 +188,40 @@ class Throughput:
 
     def observe(self, decoding: int, prompt_tokens: int, seconds: float, now: float) -> None:
         """One step of `decoding` decode tokens and `prompt_tokens` prompt tokens took `seconds`, ending `now`
-        (only the time before it, idle, decays the correction)."""
+        (only the time before it, idle, decays the correction).
+
+        A step of decodes alone corrects the decode model (`scale`); a step that carries prompt tokens corrects
+        their cost (`prompt_scale`) with what it took beyond its decodes' corrected time: prompt tokens beside
+        16 decodes cost twice what they cost alone here, so one correction for both inflated the decode steps'
+        by 8% while under-estimating the prefills'. And steps with decodes measure how much of their time
+        others' prompts took (`interrupted`)."""
         s = self.speed
         c = s.calibration
         if c is None or seconds <= 0 or decoding + prompt_tokens <= 0:
             return
-        ratio = min(MAX_RATIO, max(1.0 / MAX_RATIO, seconds / c.cost(decoding, prompt_tokens)))
-        # least mean squares on the two ends: the error of the correction at this batch size, shared between the
-        # ends by how near the batch is to each
-        w, x = s._weight(decoding), math.log(ratio)
-        l1, ln = s._ends(now - seconds)
-        err, slow_err = x - ((1 - w) * l1 + w * ln), x - ((1 - w) * s.slow_1 + w * s.slow_n)
-        self.speed = replace(
-            s, log_1=l1 + ALPHA * (1 - w) * err, log_n=ln + ALPHA * w * err,
-            slow_1=s.slow_1 + SLOW_ALPHA * (1 - w) * slow_err, slow_n=s.slow_n + SLOW_ALPHA * w * slow_err,
-            at=now, steps=s.steps + 1,
-            sure=1.0 - (1.0 - s.sure * math.exp(-max(0.0, now - seconds - s.at) / DECAY_S)) * (1 - CONFIRM_ALPHA),
-        )
+        before = now - seconds
+        upd: dict[str, float] = {}
+        decode_s = c.step(decoding) * s.scale(before, max(decoding, 1))
+        if prompt_tokens and c.token_s > 0:
+            x = math.log(min(MAX_RATIO, max(1.0 / MAX_RATIO, (seconds - decode_s) / (prompt_tokens * c.token_s))))
+            upd = {"log_p": s._log_p(before) + ALPHA * (x - s._log_p(before)),
+                   "slow_p": s.slow_p + SLOW_ALPHA * (x - s.slow_p)}
+        elif not prompt_tokens:
+            # least mean squares on the two ends: the error of the correction at this batch size, shared between
+            # the ends by how near the batch is to each
+            w, x = s._weight(decoding), math.log(min(MAX_RATIO, max(1.0 / MAX_RATIO, seconds / c.step(decoding))))
+            l1, ln = s._ends(before)
+            err, slow_err = x - ((1 - w) * l1 + w * ln), x - ((1 - w) * s.slow_1 + w * s.slow_n)
+            upd = {"log_1": l1 + ALPHA * (1 - w) * err, "log_n": ln + ALPHA * w * err,
+                   "slow_1": s.slow_1 + SLOW_ALPHA * (1 - w) * slow_err,
+                   "slow_n": s.slow_n + SLOW_ALPHA * w * slow_err}
+        k = s._decayed(before)
+        mixed = s.mixed * k
+        if decoding:  # a share of time: each step weighs its length
+            took = max(0.0, seconds - decode_s) / seconds if prompt_tokens else 0.0
+            mixed += min(1.0, seconds / MIX_S) * (took - mixed)
+        self.speed = replace(s, **upd, mixed=mixed, at=now, steps=s.steps + 1,
+                             sure=1.0 - (1.0 - s.sure * k) * (1 - CONFIRM_ALPHA))
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,9 +301,10 @@ class Forecast:
     idle_total_s: float
 
 
-def _times(c: Calibration, shape: Shape, step: float, scale: float, w: Work) -> tuple[float, float]:
-    """(prefill, whole run) seconds of `w` at `step` per decode step."""
-    prefill = (math.ceil(w.prompt / shape.chunk_tokens) * step + w.prompt * c.token_s) * scale if w.prompt else 0.0
+def _times(c: Calibration, shape: Shape, step: float, scale: float, w: Work, token_s: float
+           ) -> tuple[float, float]:
+    """(prefill, whole run) seconds of `w` at `step` per decode step (corrected) and `token_s` a prompt token."""
+    prefill = math.ceil(w.prompt / shape.chunk_tokens) * step * scale + w.prompt * token_s if w.prompt else 0.0
     return prefill, prefill + max(w.new - (1 if w.prompt else 0), 0) * step * scale
 
 
@@ -277,7 +317,13 @@ def plan(speed: Speed, load: Load, shape: Shape, now: float, new: Work | None = 
     sequence's decode too, so each prefill that starts while a request runs delays that request by the prompt's
     cost. The plan is made twice: once to learn when each request starts, then again with every request's end
     moved by the prefills that start while it runs (a request admitted into a busy batch costs the others its
-    prefill; without this, a cold burst of 8 prompts was forecast to finish in time and did not)."""
+    prefill; without this, a cold burst of 8 prompts was forecast to finish in time and did not).
+
+    Requests that come later start only once every request known now has (the queue is first come, first
+    served within a priority); from then on, each request's remaining time is stretched by the share of time
+    others' prompts have lately taken (`Speed.interrupted`): at twice capacity every slot that frees is filled
+    at once, and a request running 64 steps shared them with ~15 prefills that came after it (6.9 s against a
+    forecast of 5.2 without this)."""
     c = speed.calibration
     assert c is not None
     queue = sorted(load.waiting, key=lambda w: w.priority)  # stable: arrival order within a priority
@@ -285,27 +331,29 @@ def plan(speed: Speed, load: Load, shape: Shape, now: float, new: Work | None = 
         at = next((i for i, w in enumerate(queue) if w.priority > new.priority), len(queue))
         queue.insert(at, new)
     b = min(shape.n_slots, len(load.running) + len(queue))
-    step, scale = c.step(b), speed.scale(now, b)
+    step, scale, token_s = c.step(b), speed.scale(now, b), c.token_s * speed.prompt_scale(now)
     works = [*load.running, *queue]
     stalls = [0.0] * len(works)
     for rnd in range(2):
-        spans = _spans(c, shape, step, scale, now, len(load.running), works, stalls)
+        spans = _spans(c, shape, step, scale, token_s, now, len(load.running), works, stalls)
         if rnd == 0:
-            costs = [w.prompt * c.token_s * scale for w in works]
-            stalls = [sum(costs[j] for j, (s_j, _, _) in enumerate(spans) if j != i and s_i <= s_j < e_i)
-                      for i, (s_i, _, e_i) in enumerate(spans)]
+            stalls = [sum(works[j].prompt * token_s for j, (s_j, _, _) in enumerate(spans)
+                          if j != i and s_i <= s_j < e_i) for i, (s_i, _, e_i) in enumerate(spans)]
+    known = max((s_ for s_, _, _ in spans[len(load.running):]), default=now)  # when the last known one starts
+    stretch = 1 / (1 - speed.interrupted(now)) - 1
+    spans = [(s_, f_, e_ + stretch * max(0.0, e_ - max(s_, known))) for s_, f_, e_ in spans]
     ends = [(w, e) for w, (_, _, e) in zip(works, spans, strict=True) if w is not new]
     mine = next(((s_, f_, e_) for w, (s_, f_, e_) in zip(works, spans, strict=True) if w is new), None)
     return ends, mine
 
 
-def _spans(c: Calibration, shape: Shape, step: float, scale: float, now: float, n_running: int,
+def _spans(c: Calibration, shape: Shape, step: float, scale: float, token_s: float, now: float, n_running: int,
            works: list[Work], stalls: list[float]) -> list[tuple[float, float, float]]:
     """(start, first token, end) of each of `works` (the first `n_running` running), each end moved by its stall."""
     free = [now] * max(0, shape.n_slots - n_running)
     spans: list[tuple[float, float, float]] = []
     for i, w in enumerate(works):
-        prefill, total = _times(c, shape, step, scale, w)
+        prefill, total = _times(c, shape, step, scale, w, token_s)
         start = now if i < n_running else (heapq.heappop(free) if free else now)
         end = start + total + stalls[i]
         spans.append((start, start + prefill, end))
@@ -324,7 +372,7 @@ def forecast(speed: Speed, load: Load, shape: Shape, prompt_tokens: int, new_tok
     assert mine is not None
     start, first, end = mine
     best = speed.best_scale(now)
-    idle_first, idle_total = _times(c, shape, c.step_1, best, w)
+    idle_first, idle_total = _times(c, shape, c.step_1, best, w, c.token_s * min(1.0, speed.prompt_scale(now)))
     b = min(shape.n_slots, len(load.running) + len(load.waiting) + 1)
     step = c.step(b) * speed.scale(now, b)
     return Forecast(start - now, first - now, end - now, step, idle_first, idle_total)
