@@ -74,7 +74,8 @@ QUEUED, RUNNING = 'requests_expired_total{stage="queued"}', 'requests_expired_to
 CANCELLED = 'requests_finished_total{finish_reason="cancelled"}'
 COUNTERS = ("requests_shed_total", QUEUED, RUNNING, CANCELLED, "prompt_tokens_total",
             "generated_tokens_total", "requests_in_deadline_total", "goodput_tokens_total")
-RATIO = "forecast_error_ratio_bucket"
+RATIO = "forecast_error_ratio_bucket"  # the forecast as of the last admission that changed it
+ADMITTED = "admission_forecast_error_ratio_bucket"  # ... as of the request's own admission
 PREFIX = ("You are a careful assistant. Answer briefly, cite no sources, and never invent facts. If a question is "
           "ambiguous, say which reading you answer. Prefer plain words to jargon. ") * 2  # ~100 tokens
 
@@ -150,7 +151,8 @@ async def one(c: httpx.AsyncClient, i: int, args: argparse.Namespace, phase: Pha
 
 async def counters(c: httpx.AsyncClient) -> dict[str, float]:
     m = parse_metrics((await c.get("/metrics")).text)
-    ratio = {k[len("sluicegate_"):]: v for k, v in m.items() if k.startswith(f"sluicegate_{RATIO}")}
+    ratio = {k[len("sluicegate_"):]: v for k, v in m.items()
+             if k.startswith((f"sluicegate_{RATIO}", f"sluicegate_{ADMITTED}"))}
     return {**{k: m.get(f"sluicegate_{k}", 0.0) for k in (*COUNTERS, "running", "waiting")}, **ratio}
 
 
@@ -235,12 +237,12 @@ async def run(url: str, args: argparse.Namespace) -> tuple[Phase, list[Phase], l
 
 
 def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    return {k: after[k] - before.get(k, 0.0) for k in after if k in COUNTERS or k.startswith(RATIO)}
+    return {k: after[k] - before.get(k, 0.0) for k in after if k in COUNTERS or k.startswith((RATIO, ADMITTED))}
 
 
-def ratio_pct(counts: dict[str, float], q: float) -> float:
-    """The q-quantile of forecast / actual from the histogram's buckets (linear within a bucket)."""
-    bounds = sorted((float(k.split('le="')[1].rstrip('"}')), v) for k, v in counts.items() if k.startswith(RATIO))
+def ratio_pct(counts: dict[str, float], q: float, name: str = RATIO) -> float:
+    """The q-quantile of forecast / actual from the histogram `name`'s buckets (linear within a bucket)."""
+    bounds = sorted((float(k.split('le="')[1].rstrip('"}')), v) for k, v in counts.items() if k.startswith(name))
     total = bounds[-1][1] if bounds else 0.0
     if not total:
         return float("nan")
@@ -259,7 +261,8 @@ def forecast_error(counts: dict[str, float]) -> str:
     if not n:
         return "-"
     return (f"{ratio_pct(counts, 0.5):.2f} ({ratio_pct(counts, 0.1):.2f}-{ratio_pct(counts, 0.9):.2f}; "
-            f"{n:.0f} runs)")
+            f"{n:.0f} runs); at admission {ratio_pct(counts, 0.5, ADMITTED):.2f} "
+            f"({ratio_pct(counts, 0.1, ADMITTED):.2f}-{ratio_pct(counts, 0.9, ADMITTED):.2f})")
 
 
 async def burst(c: httpx.AsyncClient, args: argparse.Namespace, phase: Phase, first: int) -> None:
@@ -329,6 +332,9 @@ def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], bursts: li
     cold_share = cold.in_time / warm.in_time if warm.in_time else 0.0
     refused_untimed = len(untimed.refused) + sum(n for st, n in untimed.other.items() if st.startswith("4"))
     running = sum(p.counters[RUNNING] for p in (*phases, *bursts, alone))
+    timed = [p for p in (*bursts, alone, cap, phases[0]) if not math.isnan(ratio_pct(p.counters, 0.5))]
+    worst = max(timed, key=lambda p: abs(math.log(ratio_pct(p.counters, 0.5))), default=None)
+    worst_at = max(timed, key=lambda p: abs(math.log(ratio_pct(p.counters, 0.5, ADMITTED))), default=None)
     checks = [
         f"one client alone: {alone.in_time} of {alone.sent} answered in time (target: all, "
         f"{'met' if alone.in_time == alone.sent else 'missed'})",
@@ -341,6 +347,11 @@ def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], bursts: li
         f"admitted and expired while running, every phase together: {running:.0f} (target: none, "
         f"{'met' if not running else 'missed'})",
     ]
+    if worst is not None and worst_at is not None:
+        far, far_at = ratio_pct(worst.counters, 0.5), ratio_pct(worst_at.counters, 0.5, ADMITTED)
+        checks.append(f"forecast / actual, the median furthest from 1 of the timed phases and capacity: {far:.2f} "
+                      f"({worst.name}; target: within 20%, {'met' if abs(far - 1) <= 0.2 else 'missed'}), at "
+                      f"admission {far_at:.2f} ({worst_at.name}; {'met' if abs(far_at - 1) <= 0.2 else 'missed'})")
     return "\n".join([
         HEADING, "",
         f"Command: `.venv/bin/python bench/overload.py{' ' + flags if flags else ''}"
@@ -349,7 +360,10 @@ def report(args: argparse.Namespace, cap: Phase, phases: list[Phase], bursts: li
         f"shared the machine where that is above ~1). Machine: {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}. bench/overload.py describes the phases. "
         "Forecast / actual: the median (10th-90th percentile) of `sluicegate_forecast_error_ratio` over the "
-        "phase's runs; 1 is exact, above 1 the forecast was pessimistic.",
+        "phase's runs (each request's forecast as of the last admission that changed it: the forecast admission "
+        "keeps inside its deadline), and the median (10th-90th) of `sluicegate_admission_forecast_error_ratio` "
+        "(as it was admitted: the requests admitted after it, which it had to foresee, included); 1 is exact, "
+        "above 1 the forecast was pessimistic.",
         "",
         f"Bursts and a lone client, {args.max_tokens} new tokens each (chat; the untimed burst: /v1/generate, 40):",
         "",

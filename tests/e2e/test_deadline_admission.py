@@ -100,6 +100,7 @@ def test_one_client_alone_is_always_answered(fresh: Server) -> None:
             assert r.status_code == 200, r.text
         m = parse_metrics(c.get("/metrics").text)
     assert m["sluicegate_requests_shed_total"] == 0 and m["sluicegate_forecast_error_ratio_count"] == 8
+    assert m["sluicegate_admission_forecast_error_ratio_count"] == 8
 
 
 def test_requests_without_a_timeout_are_never_refused(tmp_path: Path) -> None:

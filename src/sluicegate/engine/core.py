@@ -116,9 +116,9 @@ class Engine:
         self._load = Load()  # the same for deadline admission: published load, plus the inbox taken since
         self._inbox_load = Load()  # what the inbox holds
         self._throughput = Throughput()  # calibrated at load (`calibrate`), corrected after every step
-        # request id -> (when it is forecast to end, seconds a step, new tokens expected), as of the last admission
-        # that counted it: the forecast's error, once it ends
-        self._forecasts: dict[str, tuple[float, float, int]] = {}
+        # request id -> (when it is forecast to end as of the last admission that counted it, seconds a step, new
+        # tokens expected, when it was forecast to end as it was admitted): the forecasts' errors, once it ends
+        self._forecasts: dict[str, tuple[float, float, int, float]] = {}
         self._recent = RecentPrompts(2 * limits.n_slots)  # what admission expects the prefix cache to serve
         self._arrivals: deque[float] = deque(maxlen=limits.n_slots + 1)  # when the last requests were judged
         self._last_probe = -math.inf  # when an empty engine last admitted a request the forecast refused
@@ -204,12 +204,14 @@ class Engine:
         return cached
 
     def _replan(self, load: Load, shape: Shape, new: Work, now: float, f: Forecast) -> None:
-        """Keep the forecast end of every request in the engine, as admitting `new` changes them."""
+        """Keep the forecast end of every request in the engine, as admitting `new` changes them (and `new`'s
+        own, as admitted, unchanged)."""
         ends, mine = plan(self._throughput.speed, load, shape, now, new)
         for w, end in ends:
             if w.key in self._forecasts:
-                self._forecasts[w.key] = (end, f.step_s, self._forecasts[w.key][2])
-        self._forecasts[new.key] = (now + f.total_s if mine is None else mine[2], f.step_s, new.new)
+                self._forecasts[w.key] = (end, *self._forecasts[w.key][1:])
+        end = now + f.total_s if mine is None else mine[2]
+        self._forecasts[new.key] = (end, f.step_s, new.new, end)
 
     def abort(self, request_id: str) -> None:
         with self._lock:
@@ -500,11 +502,13 @@ class Engine:
             self._recent.forget(seq.request.request_id)
         if kept is None or reason not in (FinishReason.EOS, FinishReason.LENGTH, FinishReason.STOP):
             return
-        end, step, expected = kept
+        end, step, expected, admitted = kept
         n = len(seq.output_ids)
         actual = now - seq.request.arrival
         if n and actual > 0:  # the forecast at the tokens it made (an early end-of-text is not the speed's error)
-            self.metrics.forecast_error.observe((end - max(0, expected - n) * step - seq.request.arrival) / actual)
+            unmade = max(0, expected - n) * step
+            self.metrics.forecast_error.observe((end - unmade - seq.request.arrival) / actual)
+            self.metrics.admission_forecast_error.observe((admitted - unmade - seq.request.arrival) / actual)
 
     def _fail(self, out: SchedulerOutput) -> None:
         """Fail the step's sequences: their KV may be half-written, so their slots are cleared, cache too."""

@@ -82,7 +82,11 @@ class EngineMetrics:
                                RESTORE_BUCKETS).labels(m)
         self.forecast_error = hist("forecast_error_ratio", "deadline admission's forecast of a run's latency over "
                                    "the latency it had (1: exact), at the tokens it generated; runs that ended "
-                                   "normally (docs/timeouts.md)", FORECAST_BUCKETS).labels(m)
+                                   "normally, as of the last admission that changed it (docs/timeouts.md)",
+                                   FORECAST_BUCKETS).labels(m)
+        self.admission_forecast_error = hist(
+            "admission_forecast_error_ratio", "the same, of the forecast made when the request was admitted (the "
+            "requests admitted after it, which it had to foresee, included)", FORECAST_BUCKETS).labels(m)
         self._finished = Counter("sluicegate_requests_finished", "requests ended, by finish reason (every way "
                                  "out: cancelled, expired and error included)", ["model_name", "finish_reason"],
                                  registry=r)
