@@ -200,27 +200,27 @@ class Throughput:
         if c is None or seconds <= 0 or decoding + prompt_tokens <= 0:
             return
         before = now - seconds
-        upd: dict[str, float] = {}
+        (log_1, log_n), log_p = s._ends(before), s._log_p(before)  # decayed over the idle time before it
+        slow_1, slow_n, slow_p = s.slow_1, s.slow_n, s.slow_p
         decode_s = c.step(decoding) * s.scale(before, max(decoding, 1))
         if prompt_tokens and c.token_s > 0:
             x = math.log(min(MAX_RATIO, max(1.0 / MAX_RATIO, (seconds - decode_s) / (prompt_tokens * c.token_s))))
-            upd = {"log_p": s._log_p(before) + ALPHA * (x - s._log_p(before)),
-                   "slow_p": s.slow_p + SLOW_ALPHA * (x - s.slow_p)}
+            log_p += ALPHA * (x - log_p)
+            slow_p = s.slow_p + SLOW_ALPHA * (x - s.slow_p)
         elif not prompt_tokens:
             # least mean squares on the two ends: the error of the correction at this batch size, shared between
             # the ends by how near the batch is to each
             w, x = s._weight(decoding), math.log(min(MAX_RATIO, max(1.0 / MAX_RATIO, seconds / c.step(decoding))))
-            l1, ln = s._ends(before)
-            err, slow_err = x - ((1 - w) * l1 + w * ln), x - ((1 - w) * s.slow_1 + w * s.slow_n)
-            upd = {"log_1": l1 + ALPHA * (1 - w) * err, "log_n": ln + ALPHA * w * err,
-                   "slow_1": s.slow_1 + SLOW_ALPHA * (1 - w) * slow_err,
-                   "slow_n": s.slow_n + SLOW_ALPHA * w * slow_err}
+            err, slow_err = x - ((1 - w) * log_1 + w * log_n), x - ((1 - w) * s.slow_1 + w * s.slow_n)
+            log_1, log_n = log_1 + ALPHA * (1 - w) * err, log_n + ALPHA * w * err
+            slow_1, slow_n = s.slow_1 + SLOW_ALPHA * (1 - w) * slow_err, s.slow_n + SLOW_ALPHA * w * slow_err
         k = s._decayed(before)
         mixed = s.mixed * k
         if decoding:  # a share of time: each step weighs its length
             took = max(0.0, seconds - decode_s) / seconds if prompt_tokens else 0.0
             mixed += min(1.0, seconds / MIX_S) * (took - mixed)
-        self.speed = replace(s, **upd, mixed=mixed, at=now, steps=s.steps + 1,
+        self.speed = replace(s, log_1=log_1, log_n=log_n, slow_1=slow_1, slow_n=slow_n, log_p=log_p, slow_p=slow_p,
+                             mixed=mixed, at=now, steps=s.steps + 1,
                              sure=1.0 - (1.0 - s.sure * k) * (1 - CONFIRM_ALPHA))
 
 
