@@ -158,7 +158,7 @@ def test_a_reused_request_id_does_not_mix_up_two_requests() -> None:
 
         def send_kept() -> None:
             with httpx.Client(base_url=srv.url, timeout=30) as other:
-                plain = {**body, "stream": False, "max_tokens": 400}
+                plain = {**body, "stream": False, "max_tokens": 400, "temperature": 0}  # greedy: no chance end-of-text
                 kept.append(other.post("/v1/completions", json=plain, headers=head))
 
         with httpx.Client(base_url=srv.url, timeout=30) as http:
