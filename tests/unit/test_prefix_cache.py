@@ -127,11 +127,49 @@ def test_eviction_prefers_slots_whose_tokens_survive_then_least_recently_used() 
     fresh = t.acquire(ids(8, start=900))
     assert fresh is not None and fresh.slot == a.slot and fresh.ops == (KvOp("clear", a.slot),)
     assert t.evictions == 0
-    # now every free slot would lose its tokens: the least recently used one goes
+    t.record(fresh.slot, ids(8, start=900), 8)
+    t.release(fresh.slot)
+    # now every free slot would lose its tokens (and none is busy, so none widens the busy span): the least
+    # recently used one goes
     other = t.acquire(ids(8, start=950))
     assert other is not None and other.slot == s0 and t.evictions == 8
     hit = t.acquire(prompts[1])  # the other prompts are still cached
     assert hit is not None and hit.slot == s1 and hit.reused_tokens == 6
+
+
+def test_a_request_takes_a_slot_next_to_the_busy_ones_before_an_empty_one_further_away() -> None:
+    # a step computes attention over every slot from the lowest busy one to the highest: a slot outside that
+    # span costs every sequence in it, an evicted prefix only one prefill
+    t = SlotTable(5)
+    taken = [t.acquire(ids(8, start=100 * k)) for k in range(4)]
+    for a in taken:
+        assert a is not None
+        t.record(a.slot, ids(8, start=100 * a.slot), 8)
+    assert [a.slot for a in taken if a] == [0, 1, 2, 3]
+    for slot in (1, 2, 3):  # slot 0 stays busy; 1-3 keep their prompts cached; 4 is empty
+        t.release(slot)
+    near = t.acquire(ids(8, start=950))  # slot 4 is empty, but a step over slots 0-4 costs five slots
+    assert near is not None and near.slot == 1 and t.evictions == 8
+    hit = t.acquire(ids(8, start=100 * 2))  # slot 2 next to the span holds this prefix: reused in place
+    assert hit is not None and hit.slot == 2 and hit.reused_tokens == 6
+    far = t.acquire(ids(8, start=100 * 3))  # ... and slot 3 this one
+    assert far is not None and far.slot == 3 and far.reused_tokens == 6
+
+
+def test_a_burst_after_a_busy_spell_takes_adjacent_slots() -> None:
+    t = SlotTable(16)
+    for k in range(16):  # every slot holds a prompt of its own, released in an order spread about the table
+        a = t.acquire(ids(8, start=100 * k))
+        assert a is not None and a.slot == k
+        t.record(k, ids(8, start=100 * k), 8)
+    for k in range(16):
+        t.release((k * 7) % 16)
+    slots = []
+    for k in range(6):
+        a = t.acquire(ids(8, start=5000 + 100 * k))
+        assert a is not None
+        slots.append(a.slot)
+    assert max(slots) - min(slots) == 5, slots
 
 
 def test_busy_slots_are_never_evicted() -> None:
