@@ -534,3 +534,42 @@ def test_stop_reports_whether_the_thread_ended_and_close_never_frees_a_running_m
     assert eng.stop() is True
     eng.close()
     assert closed == [True]
+
+
+class ThreadRecorder(Runner):
+    """Records the thread each forward pass ran on (llama.cpp keeps a worker pool per computing thread)."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)
+        self.threads: set[str] = set()
+        self.fail_calibration = False
+
+    def execute(self, batch: Sequence[BatchItem]) -> Logits:
+        self.threads.add(threading.current_thread().name)
+        if self.fail_calibration:
+            raise RuntimeError("the backend failed")
+        return super().execute(batch)
+
+
+def test_start_calibrates_on_the_engine_thread_then_serves_there() -> None:
+    runner = ThreadRecorder(n_slots=4, n_ctx=512, eos_slope=0.0)
+    eng = Engine(runner, SchedulerConfig())
+    try:
+        eng.start(calibrate=True)
+        assert eng.speed.measured  # start returned after the measurement
+        assert runner.threads == {"sluicegate-engine"}
+        out = run(eng, req("hello", max_new_tokens=3, ignore_eos=True)).wait()
+        assert out.finish_reason is FinishReason.LENGTH
+        assert runner.threads == {"sluicegate-engine"}
+    finally:
+        eng.stop()
+
+
+def test_a_failed_calibration_is_raised_by_start_and_ends_the_thread() -> None:
+    runner = ThreadRecorder(n_slots=4, n_ctx=512, eos_slope=0.0)
+    runner.fail_calibration = True
+    eng = Engine(runner, SchedulerConfig())
+    with pytest.raises(RuntimeError, match="the backend failed"):
+        eng.start(calibrate=True)
+    assert eng._thread is not None and not eng._thread.is_alive()
+    assert not eng.speed.measured

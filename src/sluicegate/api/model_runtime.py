@@ -143,9 +143,8 @@ class ModelRuntime:
         budget = await asyncio.to_thread(Budget.for_runner, runner, self.config.limits)
         await asyncio.to_thread(build_vocabulary, runner)  # ~0.3 s for 49k tokens: not on a request's path
         engine = Engine(runner, self.config.engine, registry=self.registry)
-        if self.config.engine.deadline_admission:  # the forecast's step model, before /readyz says ready
-            await asyncio.to_thread(engine.calibrate)
-        engine.start()
+        # the forecast's step model, measured on the engine thread before /readyz says ready (`Engine.start`)
+        await asyncio.to_thread(engine.start, calibrate=self.config.engine.deadline_admission)
         if isinstance(getattr(runner, "compute_threads", None), int):  # the llama.cpp runner's
             Gauge("sluicegate_compute_threads", "llama.cpp compute threads the last step used (fewer while other "
                   "processes hold cores; docs/engine.md)", registry=self.registry).set_function(

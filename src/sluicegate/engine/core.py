@@ -129,9 +129,38 @@ class Engine:
         self._thread: threading.Thread | None = None
 
     # -- any thread --------------------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="sluicegate-engine", daemon=True)
+    def start(self, *, calibrate: bool = False) -> None:
+        """Start the engine thread; with `calibrate`, it first measures the step model (`calibrate`) and this
+        returns once it has (re-raising what the measurement raised: then the thread has ended).
+
+        The measurement runs on the engine thread because llama.cpp's steps are only as fast there as anywhere
+        if no other thread ever computed: GNU OpenMP keeps a pool of workers per thread that ran a parallel
+        region, and once more threads are kept than the machine has cores it throttles their spinning at
+        every barrier. A calibration taken on another thread (a worker of `asyncio.to_thread`) made every later
+        step of 7 sequences 37 -> 50 ms and of 16 68 -> 86 ms here (the forecast 1.35x short, a cold burst's
+        admitted requests late by as much), one sequence unchanged (bench output in docs/benchmarks.md,
+        "Overload")."""
+        done = threading.Event()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            if calibrate:
+                try:
+                    self.calibrate()
+                except BaseException as exc:  # handed to the caller, who fails the load
+                    failed.append(exc)
+                    return
+                finally:
+                    done.set()
+            self._loop()
+
+        self._thread = threading.Thread(target=run, name="sluicegate-engine", daemon=True)
         self._thread.start()
+        if calibrate:
+            done.wait()
+            if failed:
+                self._thread.join()
+                raise failed[0]
 
     def submit(self, request: EngineRequest, sink: Sink) -> None:
         """Queue a request, or refuse it at once: `EngineOverloaded` when the waiting queue is full,
@@ -166,7 +195,8 @@ class Engine:
 
     def calibrate(self, repeats: int = 6) -> Calibration:
         """Measure the step model deadline admission forecasts with (engine/calibrate.py) and start correcting
-        it from there. Call it before `start` (the engine thread owns the runner after)."""
+        it from there. `start(calibrate=True)` calls it on the engine thread, which the server does (`start` says
+        why); called directly, call it before `start` (the engine thread owns the runner after)."""
         c = measure(self.runner, repeats)
         self._throughput.calibrate(c, time.monotonic())
         log.info("calibrated the step time: %.1f ms at one sequence, %.1f ms at %d; %.2f ms a prompt token",
