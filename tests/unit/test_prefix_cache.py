@@ -156,6 +156,34 @@ def test_a_request_takes_a_slot_next_to_the_busy_ones_before_an_empty_one_furthe
     assert far is not None and far.slot == 3 and far.reused_tokens == 6
 
 
+def test_a_request_joins_two_runs_of_busy_slots_before_it_extends_one() -> None:
+    # each run of adjacent busy slots is its own micro-batch in llama.cpp: a pass over the weights each
+    t = SlotTable(8)
+    for _ in range(6):
+        assert t.acquire(ids(8, start=700)) is not None  # slots 0-5
+    t.release(2)
+    t.release(3)  # busy: 0-1 and 4-5
+    first = t.acquire(ids(8, start=800))
+    assert first is not None and first.slot == 2  # extends 0-1 (as 3 or 6 would), inside the busy span
+    second = t.acquire(ids(8, start=900))
+    assert second is not None and second.slot == 3  # joins 0-2 and 4-5 into one run
+
+
+def test_a_request_extends_a_run_rather_than_start_one_between_two() -> None:
+    t = SlotTable(8)
+    for k in range(6):
+        a = t.acquire(ids(8, start=100 * k))
+        assert a is not None and a.slot == k
+        t.record(k, ids(8, start=100 * k), 8)
+    for slot in (1, 4):
+        t.release(slot)  # cached
+    for slot in (2, 3):
+        t.release(slot, keep_cache=False)  # empty
+    # busy: 0 and 5; slots 2 and 3 are empty but would be a third micro-batch: 1 or 4 (cached) extend a run
+    a = t.acquire(ids(8, start=900))
+    assert a is not None and a.slot in (1, 4) and t.evictions == 8
+
+
 def test_a_burst_after_a_busy_spell_takes_adjacent_slots() -> None:
     t = SlotTable(16)
     for k in range(16):  # every slot holds a prompt of its own, released in an order spread about the table

@@ -9,17 +9,17 @@ was chunked, as long as no chunk is a single token (docs/engine.md, tests/e2e/te
 publishes a decoded token only where its KV equals a prefill's: reuse never changes an output.
 
 A request takes a free slot (`acquire`): one holding its longest cached prefix is reused in place (its tail
-truncated), or else the prefix is copied from whichever slot holds it (busy or free) into another free slot
-and truncated there. Which free slot takes the request is first a question of speed: the one that widens the
-span of busy slots least (a step computes attention over every KV stream from the lowest busy slot to the
-highest, llama.cpp's `slot_info` range `s0..s1`: six sequences in slots 0, 3, ..., 15 took 69 ms a step here,
-in slots 0-5 33 ms, as sixteen and six do; so a burst after a busy spell, given the slots that kept the best
-prefixes across the table, decoded at 2x the cost of its batch). Among those it is an eviction choice: first one
-whose cached tokens all survive (an empty slot, a slot whose path other slots also hold, or one the new prompt repeats:
-those tokens are recomputed anyway), in place before a copy, lowest id first; else the least recently used
-slot (released, or lending its prefix to a request: LRU over the tree's leaves). A busy slot's tokens are
-never evicted. Reuse always leaves at least the last two prompt tokens to compute: the last one's logits
-give the first generated token, and a one-token chunk would round differently from the same token
+truncated), or else the prefix is copied from whichever slot holds it (busy or free) into another free slot and
+truncated there. Which free slot takes the request is first a question of speed: one that joins two runs of busy
+slots, else one that extends a run, the nearest to the busy ones first. llama.cpp computes each run of adjacent
+busy slots as its own micro-batch, a pass over the weights each (docs/engine.md): 7 sequences in slots 0-6 took
+37 ms a step here, spread over slots 0-15 84 ms (bench/step_layout.py); so a burst after a busy spell, given the
+least recently used slots across the table, decoded at 2x the cost of its batch. Among those it is an eviction
+choice: first one whose cached tokens all survive (an empty slot, a slot whose path other slots also hold, or
+one the new prompt repeats: those tokens are recomputed anyway), in place before a copy, lowest id first; else
+the least recently used slot (released, or lending its prefix to a request: LRU over the tree's leaves). A busy
+slot's tokens are never evicted. Reuse always leaves at least the last two prompt tokens to compute: the last
+one's logits give the first generated token, and a one-token chunk would round differently from the same token
 computed in a longer one.
 
 With a host-memory KV tier (kv_tier.py), evicted tokens are saved before they go: the slot that takes the
@@ -116,15 +116,19 @@ class SlotTable:
         def lost(d: int) -> int:  # cached tokens no slot would hold once `d` serves this prompt
             return max(0, self.tree.length(d) - max(self.tree.unique_from(d), shared.get(d, 0)))
 
-        busy = [i for i, b in enumerate(self._busy) if b]
-        lo, hi = (busy[0], busy[-1]) if busy else (0, -1)
+        busy = self._busy
+        lo = next((i for i, b in enumerate(busy) if b), None)
+        hi = None if lo is None else max(i for i, b in enumerate(busy) if b)
 
-        def widens(d: int) -> int:  # how many slots the busy span would grow by
-            return 0 if lo <= d <= hi else 1 if not busy else lo - d if d < lo else d - hi
+        def runs(d: int) -> int:  # how the runs of adjacent busy slots change: +1 a new one, 0 one grows, -1 two join
+            return 1 - (d > 0 and busy[d - 1]) - (d + 1 < len(busy) and busy[d + 1])
 
-        def order(d: int) -> tuple[int, bool, int, bool, int]:
+        def widens(d: int) -> int:  # how far the busy slots' span grows
+            return 0 if lo is None or hi is None or lo <= d <= hi else lo - d if d < lo else d - hi
+
+        def order(d: int) -> tuple[int, int, bool, int, bool, int]:
             loses = lost(d) > 0
-            return (widens(d), loses, self._last_used[d] if loses else 0, d not in holders, d)
+            return (runs(d), widens(d), loses, self._last_used[d] if loses else 0, d not in holders, d)
 
         dst = min(free, key=order)
         ops: tuple[KvOp, ...] = ()
