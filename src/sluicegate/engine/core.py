@@ -14,35 +14,18 @@ import math
 import secrets
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
 from sluicegate.backends.base import BatchItem, ModelRunner
+from sluicegate.engine.admission import Admission, forecast_errors
 from sluicegate.engine.calibrate import measure
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
-from sluicegate.engine.forecast import (
-    BURST_S,
-    PROBE_S,
-    Calibration,
-    DeadlineTooShort,
-    Forecast,
-    Load,
-    Shape,
-    Speed,
-    Throughput,
-    Verdict,
-    Work,
-    judge,
-    load_of,
-    plan,
-    work_of,
-)
+from sluicegate.engine.forecast import Calibration, DeadlineTooShort, Load, Shape, Speed, Verdict, load_of, work_of
 from sluicegate.engine.kv_tier import KvTier, default_budget
 from sluicegate.engine.metrics import EngineMetrics
-from sluicegate.engine.reuse import RecentPrompts
 from sluicegate.engine.sampler import SampleRow, sample
 from sluicegate.engine.scheduler import (
     Scheduler,
@@ -115,13 +98,8 @@ class Engine:
         self._waiting_tokens = 0
         self._load = Load()  # the same for deadline admission: published load, plus the inbox taken since
         self._inbox_load = Load()  # what the inbox holds
-        self._throughput = Throughput()  # calibrated at load (`calibrate`), corrected after every step
-        # request id -> (when it is forecast to end as of the last admission that counted it, seconds a step, new
-        # tokens expected, when it was forecast to end as it was admitted): the forecasts' errors, once it ends
-        self._forecasts: dict[str, tuple[float, float, int, float]] = {}
-        self._recent = RecentPrompts(2 * limits.n_slots)  # what admission expects the prefix cache to serve
-        self._arrivals: deque[float] = deque(maxlen=limits.n_slots + 1)  # when the last requests were judged
-        self._last_probe = -math.inf  # when an empty engine last admitted a request the forecast refused
+        self._admission = Admission(limits.n_slots)  # deadline admission's state (engine/admission.py)
+        self._throughput = self._admission.throughput  # calibrated at load (`calibrate`), corrected every step
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
         self._accepting = True
@@ -211,20 +189,7 @@ class Engine:
             return 0
         load = self._load.copy().merge(self._inbox_load)
         shape = Shape(self.runner.limits.n_slots, self.scheduler.config.max_batch_tokens)
-        now = time.monotonic()
-        cached = self._recent.expect(request.prompt_ids, {w.key for w in load.waiting})
-        self._arrivals.append(now)
-        burst = len(self._arrivals) == self._arrivals.maxlen and now - self._arrivals[0] < BURST_S
-        j = judge(self._throughput.speed, load, shape, request, now, probe=now - self._last_probe >= PROBE_S,
-                  cached=cached, burst=burst)
-        if j.probe:
-            self._last_probe = now
-            log.info("admitting %s as a probe: the forecast says it does not fit, but the engine is empty",
-                     request.request_id)
-        if j.verdict is Verdict.FITS:
-            self._recent.remember(request.request_id, request.prompt_ids, cached)
-        if j.verdict is Verdict.FITS and j.forecast is not None:
-            self._replan(load, shape, work_of(request, len(request.prompt_ids) - cached), now, j.forecast)
+        j, cached = self._admission.judge(request, load, shape, time.monotonic())
         if j.verdict is Verdict.NEVER:
             raise DeadlineTooShort(j)
         if j.verdict is Verdict.SHED:
@@ -232,16 +197,6 @@ class Engine:
                 self.stats.requests_shed += 1
             raise EngineOverloaded(j.retry_after, j.describe(), code="wait_exceeds_deadline")
         return cached
-
-    def _replan(self, load: Load, shape: Shape, new: Work, now: float, f: Forecast) -> None:
-        """Keep the forecast end of every request in the engine, as admitting `new` changes them (and `new`'s
-        own, as admitted, unchanged)."""
-        ends, mine = plan(self._throughput.speed, load, shape, now, new)
-        for w, end in ends:
-            if w.key in self._forecasts:
-                self._forecasts[w.key] = (end, *self._forecasts[w.key][1:])
-        end = now + f.total_s if mine is None else mine[2]
-        self._forecasts[new.key] = (end, f.step_s, new.new, end)
 
     def abort(self, request_id: str) -> None:
         with self._lock:
@@ -330,8 +285,7 @@ class Engine:
                 log.exception("could not admit %s", request.request_id)
                 self._live.pop(request.request_id, None)
                 with self._lock:
-                    self._forecasts.pop(request.request_id, None)
-                    self._recent.forget(request.request_id)
+                    self._admission.forget(request.request_id)
                 seq = self.scheduler.find(request.request_id)
                 if seq is not None:
                     self.scheduler.finish(seq, FinishReason.ERROR, time.monotonic())
@@ -528,17 +482,11 @@ class Engine:
     def _forecast_error(self, seq: Seq, reason: FinishReason, now: float) -> None:
         """Observe forecast / actual for a run that ended normally, the forecast taken at the tokens it made."""
         with self._lock:
-            kept = self._forecasts.pop(seq.request.request_id, None)
-            self._recent.forget(seq.request.request_id)
-        if kept is None or reason not in (FinishReason.EOS, FinishReason.LENGTH, FinishReason.STOP):
-            return
-        end, step, expected, admitted = kept
-        n = len(seq.output_ids)
-        actual = now - seq.request.arrival
-        if n and actual > 0:  # the forecast at the tokens it made (an early end-of-text is not the speed's error)
-            unmade = max(0, expected - n) * step
-            self.metrics.forecast_error.observe((end - unmade - seq.request.arrival) / actual)
-            self.metrics.admission_forecast_error.observe((admitted - unmade - seq.request.arrival) / actual)
+            kept = self._admission.forget(seq.request.request_id)
+        errors = forecast_errors(kept, seq.request, len(seq.output_ids), reason, now)
+        if errors is not None:
+            self.metrics.forecast_error.observe(errors[0])
+            self.metrics.admission_forecast_error.observe(errors[1])
 
     def _fail(self, out: SchedulerOutput) -> None:
         """Fail the step's sequences: their KV may be half-written, so their slots are cleared, cache too."""
@@ -576,7 +524,7 @@ class Engine:
 
     def _publish_waiting(self) -> None:
         """What admission sees (submit): the scheduler's queue, which now holds the inbox taken before."""
-        load = load_of(self.scheduler.running, self.scheduler.waiting, self._recent.expected)
+        load = load_of(self.scheduler.running, self.scheduler.waiting, self._admission.recent.expected)
         with self._lock:
             self._waiting_n = len(self.scheduler.waiting)
             self._waiting_tokens = self.scheduler.waiting_tokens
