@@ -116,15 +116,13 @@ class SlotTable:
         def lost(d: int) -> int:  # cached tokens no slot would hold once `d` serves this prompt
             return max(0, self.tree.length(d) - max(self.tree.unique_from(d), shared.get(d, 0)))
 
-        busy = self._busy
-        lo = next((i for i, b in enumerate(busy) if b), None)
-        hi = None if lo is None else max(i for i, b in enumerate(busy) if b)
+        busy, held = self._busy, [i for i, b in enumerate(self._busy) if b]
 
         def runs(d: int) -> int:  # how the runs of adjacent busy slots change: +1 a new one, 0 one grows, -1 two join
             return 1 - (d > 0 and busy[d - 1]) - (d + 1 < len(busy) and busy[d + 1])
 
         def widens(d: int) -> int:  # how far the busy slots' span grows
-            return 0 if lo is None or hi is None or lo <= d <= hi else lo - d if d < lo else d - hi
+            return 0 if not held or held[0] <= d <= held[-1] else max(held[0] - d, d - held[-1])
 
         def order(d: int) -> tuple[int, int, bool, int, bool, int]:
             loses = lost(d) > 0
