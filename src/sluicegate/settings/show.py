@@ -1,35 +1,35 @@
 """`config show`: the effective settings as a TOML file would hold them, each with where it came from, and
-every secret redacted (a URL keeps its scheme, user, host and path; its password and query become `***`)."""
+every secret redacted by sluicegate/redaction.py: the database URL as SQLAlchemy reads it (user, host, port and
+database shown; password and query values `***`), any other URL with its user information and query `***`
+(the upstream URLs too, which are not secrets but may carry credentials), any other secret `***`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from sluicegate import __version__
+from sluicegate import __version__, redaction
 from sluicegate.settings.groups import GROUPS
 from sluicegate.settings.model import FIELDS, Loaded, flag_for
 
 ORDER = tuple(name for group in GROUPS for name in group.model_fields)  # as `serve --help` lists them
 
-MASK = "***"
+MASK = redaction.MASK
 
 
-def redact(value: str) -> str:
-    """A secret as it may be shown: a URL without its password and query, anything else as `***`."""
-    parts = urlsplit(value)
-    if not parts.scheme or not parts.netloc or "://" not in value:
-        return MASK
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port is not None else "")
-    if parts.username is not None or parts.password is not None:
-        user = parts.username or ""
-        netloc = f"{user}{':' + MASK if parts.password is not None else ''}@{netloc}"
-    return urlunsplit((parts.scheme, netloc, parts.path, MASK if parts.query else "", ""))
+def redact(value: str, name: str = "") -> str:
+    """A secret (or a setting that may hold one) as it may be shown; `name`: the setting's."""
+    if name == "database_url":
+        return redaction.database_url(value)
+    if name == "upstream":  # [NAME=]URL
+        model, sep, rest = value.partition("=")
+        if sep and "://" not in model:
+            return f"{model}={redaction.url(rest)}"
+    return redaction.url(value)
+
+
+SHOWN_REDACTED = ("upstream",)  # not secrets, but they may carry credentials in a URL
 
 
 def _toml(value: Any) -> str:
@@ -57,7 +57,12 @@ def render(loaded: Loaded) -> str:
         if value is None:
             lines.append(f"# {name.ljust(width)}   (unset)  # {where}")
             continue
-        shown = _toml(redact(str(value))) if flag_for(name).secret else _toml(value)
+        if flag_for(name).secret:
+            shown = _toml(redact(str(value), name))
+        elif name in SHOWN_REDACTED:
+            shown = _toml([redact(str(v), name) for v in value])
+        else:
+            shown = _toml(value)
         lines.append(f"{name.ljust(width)} = {shown}  # {where}")
     return "\n".join(lines) + "\n"
 

@@ -16,6 +16,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from sluicegate import redaction
+
 DB_FILE = "sluicegate.db"  # the SQLite file's name under the data directory
 
 
@@ -29,8 +31,9 @@ def resolve_url(database_url: str | None, data_dir: Path) -> str:
 
 
 def display_url(url: str | URL) -> str:
-    """The URL with its password masked: safe for a log line or an error message."""
-    return make_url(url).render_as_string(hide_password=True)
+    """The URL with its password and query values masked: safe for a log line or an error message
+    (sluicegate/redaction.py)."""
+    return redaction.database_url(url if isinstance(url, str) else url.render_as_string(hide_password=False))
 
 
 def is_sqlite(url: str | URL) -> bool:

@@ -145,7 +145,7 @@ class AsyncUpstream:
                 fits = left is None or left - backoff >= cfg.attempt_timeout_s
                 if not (f.retryable and attempt < cfg.retries and fits):
                     raise
-                log.info("%s upstream %s: %s; retrying in %.2f s", req.request_id, ep.url, f.message, backoff)
+                log.info("%s upstream %s: %s; retrying in %.2f s", req.request_id, ep.shown, f.message, backoff)
                 await asyncio.sleep(backoff)
         raise AssertionError("unreachable")
 
@@ -157,7 +157,8 @@ class AsyncUpstream:
             raise _Expired
         first_s = self.cfg.attempt_timeout_s if left is None else min(self.cfg.attempt_timeout_s, left)
         by_budget = left is not None and left < self.cfg.attempt_timeout_s  # the caller's time bounds this wait
-        with tracing.span("upstream", req.request_id.split("#", 1)[0], **{"server.address": ep.root}):
+        where = {"server.address": ep.shown.removesuffix("/v1")}  # no credentials in a trace
+        with tracing.span("upstream", req.request_id.split("#", 1)[0], **where):
             return await self._send(ep, body, req, sink, start, first_s, by_budget)
 
     async def _send(self, ep: Endpoint, body: dict[str, object], req: EngineRequest, sink: Sink, start: float,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from sluicegate import redaction
 from sluicegate.backends.base import ModelIdentity, ModelRunner
 from sluicegate.config import UpstreamConfig, UpstreamModel
 from sluicegate.upstream.client import AsyncUpstream
@@ -38,14 +39,14 @@ async def discover_name(http: httpx.AsyncClient, url: str, api_key: str | None) 
     try:
         resp = await http.get(f"{url}/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     except httpx.HTTPError as exc:
-        raise UpstreamRefused(f"{url}: not reachable ({type(exc).__name__})", permanent=False) from None
+        raise UpstreamRefused(f"{redaction.url(url)}: not reachable ({type(exc).__name__})", permanent=False) from None
     try:
         first = resp.json()["data"][0]["id"]
     except (ValueError, KeyError, IndexError, TypeError):
         first = None
     if not isinstance(first, str) or not first:  # a server still starting may list none yet: checked again
-        raise UpstreamRefused(f"{url}: lists no model at /models (answered {resp.status_code}); give --upstream "
-                              "NAME=URL", permanent=False)
+        raise UpstreamRefused(f"{redaction.url(url)}: lists no model at /models (answered {resp.status_code}); give "
+                              "--upstream NAME=URL", permanent=False)
     return first
 
 
@@ -72,6 +73,6 @@ async def load_upstreams(cfg: UpstreamConfig, http: httpx.AsyncClient,
         client = AsyncUpstream(name, eps, http, cfg, token_ids=token_ids, eos_ids=runner.limits.eos_ids)
         out[name] = Probed(client, runner, ModelIdentity(name, m.version, m.digest or "unknown"), n_ctx, token_ids)
         log.info("upstream %s@%s via %s: window %d, /tokenize %s, token ids %s", name, m.version,
-                 ", ".join(e.url for e in eps), n_ctx, "agrees" if all(r.tokenize for r in results) else "absent",
+                 ", ".join(e.shown for e in eps), n_ctx, "agrees" if all(r.tokenize for r in results) else "absent",
                  "returned" if token_ids else "not returned (/v1/generate refuses this model)")
     return out

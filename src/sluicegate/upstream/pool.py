@@ -17,6 +17,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sluicegate import redaction
+
 
 @dataclass(slots=True)
 class Endpoint:
@@ -27,6 +29,11 @@ class Endpoint:
     failures: int = 0
     open_until: float = 0.0  # monotonic; while in the future the circuit is open
     trial: bool = False  # half-open: one request is trying it
+
+    @property
+    def shown(self) -> str:
+        """The URL as logs and messages show it: any user information masked (sluicegate/redaction.py)."""
+        return redaction.url(self.url)
 
     @property
     def root(self) -> str:

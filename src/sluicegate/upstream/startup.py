@@ -62,7 +62,7 @@ async def _tokenize(http: httpx.AsyncClient, ep: Endpoint, name: str, headers: d
         theirs = [t if isinstance(t, int) else t.get("id") if isinstance(t, dict) else None for t in data["tokens"]]
         if theirs != ours:
             raise UpstreamRefused(
-                f"{ep.url}: the upstream's tokenizer disagrees with the one configured for model {name} "
+                f"{ep.shown}: the upstream's tokenizer disagrees with the one configured for model {name} "
                 f"({len(theirs)} tokens against {len(ours)} for the probe text); give the model's own tokenizer "
                 "(--upstream-tokenizer)")
         n_ctx = data.get("max_model_len")
@@ -103,7 +103,7 @@ async def _one_token(http: httpx.AsyncClient, ep: Endpoint, name: str, headers: 
             has_ids = any(c.token_ids for c in chunks)
             check_usage(usage, req, got if has_ids else None)
         except UpstreamFailure as f:
-            raise UpstreamRefused(f"{ep.url}: model {name}: {f.message} for a one-token completion; an "
+            raise UpstreamRefused(f"{ep.shown}: model {name}: {f.message} for a one-token completion; an "
                                   "upstream must report exact usage (stream_options.include_usage)") from None
     return 200, has_ids
 
@@ -119,12 +119,12 @@ async def probe(http: httpx.AsyncClient, ep: Endpoint, name: str, api_key: str |
         if status in (400, 422):  # a strict server that does not know return_token_ids
             status, ids = await _one_token(http, ep, name, headers, runner, token_ids=False)
     except httpx.HTTPError as exc:
-        raise UpstreamRefused(f"{ep.url}: not reachable ({type(exc).__name__})", permanent=False) from None
+        raise UpstreamRefused(f"{ep.shown}: not reachable ({type(exc).__name__})", permanent=False) from None
     if status == 404:
-        raise UpstreamRefused(f"{ep.url}: a one-token completion for model {name} answered 404: the upstream "
+        raise UpstreamRefused(f"{ep.shown}: a one-token completion for model {name} answered 404: the upstream "
                               f"does not serve model {name}; name a model it serves (--upstream NAME=URL)")
     if status != 200:
         transient = status >= 500 or status in (408, 429)
-        raise UpstreamRefused(f"{ep.url}: a one-token completion for model {name} answered {status}",
+        raise UpstreamRefused(f"{ep.shown}: a one-token completion for model {name} answered {status}",
                               permanent=not transient)
     return ProbeResult(n_ctx=n_ctx, token_ids=ids, tokenize=has_tokenize)
