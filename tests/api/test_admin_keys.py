@@ -15,7 +15,7 @@ BASE = "/v1/admin/keys"
 
 def test_the_key_lifecycle_over_http(db_url: str) -> None:
     with served(db_url) as s:
-        _admin, admin = s.key(Scope.ADMIN)
+        _admin, admin = s.key(Scope.ADMIN, Scope.GENERATE, Scope.BATCH)  # it grants only the scopes it holds
         with httpx.Client(base_url=s.url, headers=auth(admin), timeout=30) as c:
             made = c.post(BASE, json={"name": "app", "scopes": ["generate"], "tpm": 60000, "rpm": 30,
                                       "max_concurrent": 2, "monthly_tokens": 1000000,
@@ -57,7 +57,7 @@ def test_a_key_without_the_admin_scope_gets_403(db_url: str) -> None:
 
 def test_bad_input_is_refused_naming_the_field(db_url: str) -> None:
     with served(db_url) as s:
-        _a, admin = s.key(Scope.ADMIN)
+        _a, admin = s.key(*Scope)
         with httpx.Client(base_url=s.url, headers=auth(admin), timeout=30) as c:
             for body, param in (({"name": "x", "scopes": ["root"]}, "scopes[0]"), ({"name": "x", "tpm": 0}, "tpm"),
                                 ({"name": "x", "expires_at": "2001-01-01T00:00:00Z"}, "expires_at"),

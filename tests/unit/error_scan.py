@@ -27,6 +27,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sluicegate"
 ATTRIBUTES = {
     ("api/batch_items.py", "refused.code"): "Refusal",
     ("api/routes/webhooks.py", "exc.code"): "UnsafeUrl",
+    ("api/routes/admin_keys.py", "exc.code"): "InvalidKeyField",
+    ("api/routes/admin_keys.py", "denied.code"): "NotGranted",
     ("serving/core.py", "exc.code"): "EngineOverloaded",
     ("serving/core.py", "out.error_type"): "UpstreamFailure",
 }

@@ -32,7 +32,7 @@ def test_create_says_which_store_and_the_file_and_environment_name_the_same_one(
     assert " a\n" in capsys.readouterr().out + "\n"
 
 
-@pytest.mark.parametrize("secret", [new_secret(), "vllm-" + "x7Kq" * 8])
+@pytest.mark.parametrize("secret", [new_secret(), "vllm-9fQ2xLm7Rt4bKz8WcN1pHs6Yd3Ve0Ga5"])
 def test_secret_stdin_imports_an_existing_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  monkeypatch: pytest.MonkeyPatch, secret: str) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO(secret + "\n"))

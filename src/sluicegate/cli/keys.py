@@ -20,6 +20,7 @@ from sluicegate.cli import types as ct
 from sluicegate.cli.options import add_config_arg, add_settings_args, given
 from sluicegate.config import StoreConfig
 from sluicegate.settings import SettingsError, load
+from sluicegate.textsafe import escape
 
 if TYPE_CHECKING:
     from sluicegate.store.db import Store
@@ -206,7 +207,10 @@ def _keys(store: Store, args: argparse.Namespace, secret: str | None) -> int:
     from sluicegate.tenancy import keys
 
     if args.keys_command == "create":
-        expires = None if args.expires_in is None else dt.timedelta(days=args.expires_in)
+        try:
+            expires = None if args.expires_in is None else dt.timedelta(days=args.expires_in)
+        except OverflowError:
+            return _fail("--expires-in: a key's lifetime ends at 9999-12-31 at the latest")
         try:
             scopes = keys.parse_scopes(args.scopes or ["generate"])
             record, made = keys.create_key(store, args.name, scopes, tpm=args.tpm, burst=args.burst,
@@ -214,7 +218,7 @@ def _keys(store: Store, args: argparse.Namespace, secret: str | None) -> int:
                                            max_concurrent=args.max_concurrent, monthly_tokens=args.monthly_tokens)
         except ValueError as exc:
             return _fail(str(exc))
-        print(f"created {record.id} ({record.name}): scopes {','.join(sorted(record.scopes))}, "
+        print(f"created {record.id} ({escape(record.name)}): scopes {','.join(sorted(record.scopes))}, "
               f"tpm {record.tpm or 'default'}, burst {record.burst or 'default'}, rpm {record.rpm or 'default'}, "
               f"concurrent {record.max_concurrent or 'default'}, monthly tokens {record.monthly_tokens or 'no cap'}, "
               f"expires {_when(record.expires_at)}")
@@ -231,7 +235,8 @@ def _keys(store: Store, args: argparse.Namespace, secret: str | None) -> int:
                 f"tpm={r.tpm or '-'}", f"burst={r.burst or '-'}", f"rpm={r.rpm or '-'}",
                 f"concurrent={r.max_concurrent or '-'}", f"monthly={r.monthly_tokens or '-'}",
                 f"created={_when(r.created_at)}",
-                f"expires={_when(r.expires_at)}", f"revoked={_when(r.revoked_at, '-')}", r.name,
+                f"expires={_when(r.expires_at)}", f"revoked={_when(r.revoked_at, '-')}",
+                escape(r.name),  # a name stored before names refused control characters cannot forge a row
             ]))
         return 0
     before = keys.get_key(store, args.key_id)

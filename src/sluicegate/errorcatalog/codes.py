@@ -70,6 +70,12 @@ invalid_api_key conflicting_api_keys: the request carries two different API keys
   -> send one key
 permission_denied missing_scope: the API key lacks the scope this route needs
   -> use a key with the scope the message names
+permission_denied scope_not_held: a key may not create or change a key to hold a scope it does not hold itself
+  -> ask for the scopes this key holds, or use a wider admin key
+permission_denied expiry_not_held: a key that expires may not create or change a key to expire later (or never)
+  -> send expires_at at or before the calling key's own
+permission_denied cross_site: a write from a web page of another origin (Origin or Sec-Fetch-Site says so)
+  -> call from the server's own origin, or from one the operator allows (--cors-origin)
 """)
 
 NOT_FOUND = _codes("""

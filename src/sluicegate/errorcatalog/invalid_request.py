@@ -118,6 +118,12 @@ key_revoked: the API key is revoked, so it cannot change
   -> create a new key
 expires_in_past: expires_at is not in the future
   -> give a time in the future
+invalid_name: a key's name holds a control character, a line break or a bidirectional override
+  -> send a name of printable characters
+weak_secret: a secret to import as an API key is guessable (repeats, sequences, words)
+  -> import only random secrets, or let the server make the key
+key_expired: the API key has expired, so it cannot change (an expired key is not revived)
+  -> create a new key
 """)
 
 ENTRIES: tuple[ErrorEntry, ...] = (*SCHEMA, *SURFACES, *HEADERS, *RESOURCES)

@@ -30,8 +30,8 @@ authentication_required 401: the server holds API keys and the request carries n
   -> send Authorization: Bearer KEY or x-api-key: KEY
 invalid_api_key 401: the API key is unknown, revoked or expired
   -> use a valid key; retrying the same key never helps
-permission_denied 403: the API key lacks the scope the route needs
-  -> use a key with the scope the message names
+permission_denied 403: the API key lacks the scope the route needs, or the request is not allowed to do this
+  -> use a key with the scope the message names; the code says which rule refused it
 invalid_request 422: well-formed JSON, but a field is not acceptable
   -> change the field named in param as the message says
 prompt_too_long 422: the prompt is more tokens than the prompt-token limit

@@ -26,14 +26,18 @@ class KeyLimits(StrictModel):
                                    json_schema_extra={"format": "date-time"})
 
 
-RULES = ("Rules this schema cannot state: `expires_at` must be in the future (`expires_in_past`, param "
-         "`expires_at`)")
+RULES = ("Rules this schema cannot state: `name` holds no control character, line or paragraph separator or "
+         "bidirectional formatting character (`invalid_name`: regular expression dialects disagree on such a class "
+         "at a line's end); `expires_at` must be in the future (`expires_in_past`, param "
+         "`expires_at`) and at most 9999-12-31T23:59:59Z once in UTC (`invalid_value`); a key may not create or "
+         "change a key to hold a scope it does not hold itself (403 `scope_not_held`, param `scopes`) or, when it "
+         "expires, to expire later than it does or never (403 `expiry_not_held`, param `expires_at`)")
 
 
 class KeyCreate(KeyLimits):
     model_config = KeyLimits.model_config | {"json_schema_extra": {"description": RULES + "."}}
 
-    name: str = Field(min_length=1, max_length=200, description="what the key is for")
+    name: str = Field(min_length=1, max_length=200, description="what the key is for; no control characters")
     scopes: list[ScopeName] = Field(["generate"], min_length=1, max_length=4,
                                     description="what the key may do (docs/keys.md); scopes do not imply each other")
 
@@ -43,7 +47,7 @@ class KeyUpdate(KeyLimits):
 
     model_config = KeyLimits.model_config | {"json_schema_extra": {"description": (
         "Only the fields sent change; a limit or `expires_at` sent as null goes back to the default (never). "
-        + RULES + "; a revoked key cannot change (`key_revoked`).")}}
+        + RULES + "; a revoked or expired key cannot change (`key_revoked`, `key_expired`).")}}
 
     # may be left out (only the fields sent change), never null
     name: str = Field(default_factory=str, min_length=1, max_length=200)

@@ -7,6 +7,11 @@ being recorded, `exception` with the traceback for an error, and the structured 
 (`log.info(..., extra={"fields": {...}})`: the access line's route, status, key id, tokens and stage times).
 Nothing here reads request headers or bodies: what a line holds is what its caller chose, and no caller passes
 a secret or a prompt.
+
+Every record is one line in either format. JSON escapes by itself; the text format escapes every control
+character of the message (sluicegate/textsafe.py), so a path a client sent with `%0a` in it cannot start a
+line that looks like a record of its own. A text record's traceback follows on lines that begin with `  | `,
+which no record's first line does (the traceback's text is escaped the same way, line by line).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import logging
 import sys
 from contextvars import ContextVar
 from typing import Any
+
+from sluicegate.textsafe import escape
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("sluicegate_request_id", default=None)
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -56,10 +63,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
+class TextFormatter(logging.Formatter):
+    """`TEXT_FORMAT`, the message on one line; a traceback after it, each of its lines marked `  | `."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return TEXT_FORMAT % {**record.__dict__, "message": escape(record.message)}
+
+    def formatException(self, ei: Any) -> str:
+        return "\n".join("  | " + escape(line) for line in super().formatException(ei).splitlines())
+
+    def formatStack(self, stack_info: str) -> str:
+        return "\n".join("  | " + escape(line) for line in stack_info.splitlines())
+
+
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     """The root logger writes to stderr at `level` in `fmt` (`text` or `json`); replaces what was there."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -71,4 +94,4 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
         logger.propagate = True
 
 
-__all__ = ["REQUEST_ID", "TEXT_FORMAT", "JsonFormatter", "setup_logging"]
+__all__ = ["REQUEST_ID", "TEXT_FORMAT", "JsonFormatter", "TextFormatter", "setup_logging"]

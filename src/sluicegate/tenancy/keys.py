@@ -12,8 +12,21 @@ guess such a key. The found row's hash is compared with `hmac.compare_digest`, i
 
 Imported secrets (`keys create --secret-stdin`): an existing secret clients already hold for another server, of
 `IMPORTED_MIN` to `IMPORTED_MAX` visible ASCII characters. It must be random (a single hash is right only for
-secrets nobody can guess); it is stored the same way, its lookup prefix being `#` and the first 7 hex digits of
-its hash, so it too is found by one indexed query and nothing of it is shown.
+secrets nobody can guess), and `create_key` checks it: zxcvbn (Dropbox's strength estimator, which finds
+repeats, sequences, keyboard walks, dates and dictionary words) must estimate at least 10^`IMPORTED_MIN_GUESSES_LOG10`
+guesses for it: random strings of 24 characters score 20 and more (hex, 96 bits) and 22 and more (base62), while
+repeats, sequences and words score under 17 (`aaaa...` 2.5, `abcd...` 2.0, `password1234password1234` 4.4). It is
+stored the same way, its lookup prefix being `#` and the first 7 hex digits of its hash, so it too is found by
+one indexed query and nothing of it is shown.
+
+Names are 1 to 200 characters without control characters (sluicegate/textsafe.py), so a name cannot forge a
+line of `keys list` or a log. Expiry is at most `MAX_EXPIRY` (9999-12-31, the last day a timestamp holds).
+
+Granting (`check_grant`): a key that creates or changes keys over HTTP (the `admin` scope) cannot make one
+wider than itself: no scope it does not hold, no expiry later than its own (so, when it expires, no key
+without one); its own expiry can be brought forward, never lifted. An expired or revoked key cannot change:
+an expired one is not revived, a new one is created instead. The command line (`sluicegate keys`) is the
+operator's and grants anything.
 
 Synchronous SQLAlchemy: call from a thread when on the event loop (tenancy/key_cache.py does).
 """
@@ -29,11 +42,13 @@ import secrets
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from sqlalchemy import exists, select, update
 
 from sluicegate.store.db import Store
 from sluicegate.store.models import ApiKey
+from sluicegate.textsafe import has_controls
 
 PREFIX = "sg_live_"
 ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -44,6 +59,9 @@ KEY_LENGTH = len(PREFIX) + RANDOM_CHARS + CHECK_CHARS
 PREFIX_CHARS = 8  # stored, indexed and shown: 62**8 makes a collision between two keys vanishingly rare
 KEY_PATTERN = re.compile(rf"^{PREFIX}[0-9A-Za-z]{{{RANDOM_CHARS + CHECK_CHARS}}}$")
 IMPORTED_MIN, IMPORTED_MAX = 24, 256  # an imported secret's length, in visible ASCII characters
+IMPORTED_MIN_GUESSES_LOG10 = 18  # zxcvbn's estimate for an imported secret (~60 bits); see the module doc
+NAME_MAX = 200
+MAX_EXPIRY = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC)
 _IMPORTED = re.compile(rf"^[\x21-\x7e]{{{IMPORTED_MIN},{IMPORTED_MAX}}}$")
 
 
@@ -177,21 +195,29 @@ def create_key(
     max_concurrent: int | None = None,
     monthly_tokens: int | None = None,
     expires_at: dt.datetime | None = None,
+    grantor: KeyRecord | None = None,
 ) -> tuple[KeyRecord, str]:
     """Create a key; returns its record and the secret, which exists nowhere else from now on. `secret`: import
-    this one (a sluicegate key, or an importable one) instead of making one; one already stored is refused."""
+    this one (a sluicegate key, or an importable one) instead of making one; one already stored is refused.
+    `grantor`: the key asking for it over HTTP, which the new key may not be wider than (`check_grant`)."""
     check_name(name)
     check_limits(tpm=tpm, burst=burst, rpm=rpm, max_concurrent=max_concurrent, monthly_tokens=monthly_tokens)
-    if expires_in is not None and expires_in <= dt.timedelta(0):
-        raise ValueError("a key's lifetime must be positive")
-    if expires_at is not None and expires_at <= _now():
-        raise ValueError("expires_at must be in the future")
+    if expires_in is not None:
+        if expires_in <= dt.timedelta(0):
+            raise InvalidKeyField("expires_in", "invalid_value", "a key's lifetime must be positive")
+        if expires_in > MAX_EXPIRY - _now():
+            raise InvalidKeyField("expires_in", "invalid_value", "a key's lifetime ends at 9999-12-31 at the latest")
+        expires_at = _now() + expires_in
+    check_expiry(expires_at)
     scope_set = frozenset(Scope(s) for s in scopes)
     if not scope_set:
         raise ValueError("a key needs at least one scope")
+    check_grant(grantor, scope_set, expires_at, sets_expiry=True)
     if secret is not None and not acceptable(secret):
         raise ValueError(f"the secret to import is neither a sluicegate key ({PREFIX}..., its checksum intact) nor "
                          f"{IMPORTED_MIN} to {IMPORTED_MAX} visible ASCII characters")
+    if secret is not None and importable(secret):
+        check_imported(secret)
     if secret is not None and find_key(store, secret) is not None:
         raise ValueError("that secret is already a key in this store")
     secret = secret if secret is not None else new_secret()
@@ -199,7 +225,7 @@ def create_key(
     row = ApiKey(
         id=new_key_id(), name=name, prefix=lookup_prefix(secret), secret_hash=secret_hash(secret),
         scopes=" ".join(sorted(scope_set)), tpm=tpm, burst=burst, created_at=now,
-        expires_at=expires_at if expires_in is None else now + expires_in, revoked_at=None,
+        expires_at=expires_at, revoked_at=None,
         rpm=rpm, max_concurrent=max_concurrent, monthly_tokens=monthly_tokens,
     )
     with store.session() as s, s.begin():
@@ -211,27 +237,95 @@ LIMITS = ("tpm", "burst", "rpm", "max_concurrent", "monthly_tokens")  # a key's 
 CHANGEABLE = frozenset({"name", "scopes", "expires_at", *LIMITS})
 
 
+class InvalidKeyField(ValueError):
+    """A field of a key that cannot be taken; `param` names it, `code` says why."""
+
+    def __init__(self, param: str, code: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class NotGranted(ValueError):
+    """A key asked to create or change a key wider than itself (`check_grant`); `param` names the field."""
+
+    def __init__(self, param: str, code: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
 def check_name(name: str) -> None:
-    if not name or len(name) > 200:
-        raise ValueError("a key's name is 1 to 200 characters")
+    if not name or len(name) > NAME_MAX:
+        raise InvalidKeyField("name", "invalid_value", f"a key's name is 1 to {NAME_MAX} characters")
+    if has_controls(name):
+        raise InvalidKeyField("name", "invalid_name", "a key's name must not contain control characters (line "
+                              "breaks, escapes, bidirectional overrides)")
+
+
+def check_expiry(at: dt.datetime | None) -> None:
+    if at is None:
+        return
+    if at > MAX_EXPIRY:
+        raise InvalidKeyField("expires_at", "invalid_value", "expires_at is at most 9999-12-31T23:59:59Z")
+    if at <= _now():
+        raise InvalidKeyField("expires_at", "expires_in_past", "expires_at must be in the future")
+
+
+def check_imported(secret: str) -> None:
+    """An imported secret must be one nobody can guess (zxcvbn's estimate; the module's docstring)."""
+    from zxcvbn import zxcvbn
+
+    guesses = float(zxcvbn(secret[:72])["guesses_log10"])  # zxcvbn reads at most 72 characters
+    if guesses < IMPORTED_MIN_GUESSES_LOG10:
+        raise InvalidKeyField("secret", "weak_secret", f"the secret to import is guessable (about 10^{guesses:.0f} "
+                              f"guesses; at least 10^{IMPORTED_MIN_GUESSES_LOG10} needed): repeats, sequences "
+                              "or words. Import only random secrets, or let sluicegate make the key")
+
+
+def check_grant(grantor: KeyRecord | None, scopes: Iterable[Scope] | None, expires_at: dt.datetime | None,
+                *, sets_expiry: bool) -> None:
+    """A key (`grantor`, None when auth is off or on the command line) creating a key, or changing one, to hold
+    `scopes` (None: unchanged) and, when `sets_expiry`, to expire at `expires_at` (None: never). NotGranted when
+    that is wider than the grantor itself."""
+    if grantor is None:
+        return
+    if scopes is not None and (extra := frozenset(scopes) - grantor.scopes):
+        raise NotGranted("scopes", "scope_not_held", f"this API key cannot grant a scope it does not hold "
+                         f"({', '.join(sorted(extra))})")
+    if sets_expiry and grantor.expires_at is not None and (expires_at is None or expires_at > grantor.expires_at):
+        raise NotGranted("expires_at", "expiry_not_held", "this API key expires, so a key it creates or changes "
+                         "must expire no later than it does: send expires_at at or before "
+                         f"{grantor.expires_at.isoformat(timespec='seconds').replace('+00:00', 'Z')}")
 
 
 def check_limits(**limits: int | None) -> None:
     for label, value in limits.items():
         if value is not None and value <= 0:
-            raise ValueError(f"{label} must be a positive whole number")
+            raise InvalidKeyField(label, "invalid_value", f"{label} must be a positive whole number")
 
 
 class KeyRevoked(ValueError):
     """A revoked key cannot change."""
 
 
-def update_key(store: Store, key_id: str, changes: dict[str, object]) -> KeyRecord | None:
+class KeyExpired(ValueError):
+    """An expired key cannot change (it is not revived: a new key is created instead)."""
+
+
+def update_key(store: Store, key_id: str, changes: dict[str, object], *,
+               grantor: KeyRecord | None = None) -> KeyRecord | None:
     """Change a key's name, scopes, limits (None: back to the server's default) or expiry (None: never); only
-    the fields in `changes`. A revoked key cannot change. None: no such key; ValueError: a bad value."""
+    the fields in `changes`, and no wider than `grantor` (`check_grant`; None: anything). A revoked or expired
+    key cannot change. None: no such key; ValueError: a bad value."""
     unknown = changes.keys() - CHANGEABLE
     if unknown:
         raise ValueError(f"{sorted(unknown)[0]} cannot be changed")
+    asked = changes.get("scopes")
+    scopes = None if asked is None else frozenset(Scope(str(x)) for x in cast(Iterable[object], asked))
+    expiry = changes.get("expires_at")
+    check_grant(grantor, scopes, expiry if isinstance(expiry, dt.datetime) else None,
+                sets_expiry="expires_at" in changes)
     values: dict[str, object] = {}
     for field, value in changes.items():
         if field == "name":
@@ -245,6 +339,7 @@ def update_key(store: Store, key_id: str, changes: dict[str, object]) -> KeyReco
             value = " ".join(sorted(scope_set))
         elif field == "expires_at":
             assert value is None or isinstance(value, dt.datetime)
+            check_expiry(value)
         else:
             assert value is None or isinstance(value, int)
             check_limits(**{field: value})
@@ -255,6 +350,8 @@ def update_key(store: Store, key_id: str, changes: dict[str, object]) -> KeyReco
             return None
         if row.revoked_at is not None:
             raise KeyRevoked("a revoked key cannot change")
+        if KeyRecord.of(row).state() == "expired":
+            raise KeyExpired("an expired key cannot change; create a new key instead")
         if values:
             s.execute(update(ApiKey).where(ApiKey.id == key_id).values(**values))
             s.expire(row)
@@ -308,12 +405,17 @@ __all__ = [
     "DEFAULT_SCOPES",
     "KEY_LENGTH",
     "KEY_PATTERN",
+    "MAX_EXPIRY",
     "PREFIX",
+    "InvalidKeyField",
+    "KeyExpired",
     "KeyRecord",
     "KeyRevoked",
+    "NotGranted",
     "Scope",
     "acceptable",
     "any_keys",
+    "check_grant",
     "create_key",
     "find_key",
     "get_key",

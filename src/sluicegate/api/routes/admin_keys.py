@@ -1,6 +1,7 @@
 """`/v1/admin/keys`: create (the secret shown once), list, read, change and revoke API keys over HTTP, with the
-`admin` scope; the same store and rules as `sluicegate keys` (tenancy/keys.py). A change or revocation reaches
-every replica within the key cache's TTL (docs/keys.md)."""
+`admin` scope; the same store and rules as `sluicegate keys` (tenancy/keys.py), and one more: the calling key
+cannot create or change a key wider than itself (scopes it lacks, an expiry past its own: 403, the field named).
+A change or revocation reaches every replica within the key cache's TTL (docs/keys.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Literal, TypeVar, cast
 from fastapi import APIRouter, Request, Response
 
 from sluicegate.api.jsonbody import parse_json, validate
+from sluicegate.api.middleware.auth import api_key_of
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import error_responses, json_reply, refuse_query, require_json
 from sluicegate.api.services import store_of
@@ -45,6 +47,12 @@ async def _store(request: Request, call: Callable[..., T], *args: object, **kw: 
         return await asyncio.to_thread(call, store_of(request), *args, **kw)
     except k.KeyRevoked as exc:
         raise ApiError("invalid_request", str(exc), param="key_id", code="key_revoked") from None
+    except k.KeyExpired as exc:
+        raise ApiError("invalid_request", str(exc), param="key_id", code="key_expired") from None
+    except k.NotGranted as denied:  # wider than the calling key itself
+        raise ApiError("permission_denied", str(denied), param=denied.param, code=denied.code) from None
+    except k.InvalidKeyField as exc:
+        raise ApiError("invalid_request", str(exc), param=exc.param, code=exc.code) from None
     except ValueError as exc:  # the rules of tenancy/keys.py: the message names the field
         raise ApiError("invalid_request", str(exc), code="invalid_value") from None
     except Exception:
@@ -52,25 +60,29 @@ async def _store(request: Request, call: Callable[..., T], *args: object, **kw: 
         raise ApiError("store_unavailable", "API keys cannot be read or changed right now", retry_after=1) from None
 
 
-def _future(text: str | None) -> dt.datetime | None:
-    """An RFC 3339 time in the future, UTC (`Z`, `z` and a `t` separator allowed; fractions to the microsecond)."""
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _time(text: str | None) -> dt.datetime | None:
+    """An RFC 3339 time with its zone (`Z`, `z` and a `t` separator allowed; fractions to the microsecond), in
+    UTC; the rules of an expiry (in the future, at most 9999-12-31) are tenancy/keys.py's."""
     if text is None:
         return None
-    norm = re.sub(r"[zZ]$", "+00:00", text.strip())
+    text = text.strip()
+    if not _RFC3339.match(text):
+        raise ApiError("invalid_request", "expires_at is not an RFC 3339 time with a zone (2027-01-31T00:00:00Z)",
+                       param="expires_at", code="invalid_value")
+    norm = re.sub(r"[zZ]$", "+00:00", text)
     norm = re.sub(r"^(\d{4}-\d{2}-\d{2})[tT ]", r"\1T", norm)
     norm = re.sub(r"(\.\d{6})\d+", r"\1", norm)
     try:
-        at = dt.datetime.fromisoformat(norm)
+        return dt.datetime.fromisoformat(norm).astimezone(dt.UTC)
     except ValueError:
-        raise ApiError("invalid_request", "expires_at is not an RFC 3339 time (2027-01-31T00:00:00Z)",
+        raise ApiError("invalid_request", "expires_at is not a valid time (RFC 3339, e.g. 2027-01-31T00:00:00Z)",
                        param="expires_at", code="invalid_value") from None
-    if at.tzinfo is None:
-        raise ApiError("invalid_request", "expires_at needs a time zone (RFC 3339, e.g. 2027-01-31T00:00:00Z)",
-                       param="expires_at", code="invalid_value")
-    if at <= dt.datetime.now(dt.UTC):
-        raise ApiError("invalid_request", "expires_at must be in the future", param="expires_at",
-                       code="expires_in_past")
-    return at.astimezone(dt.UTC)
+    except OverflowError:  # in range where written, out of it in UTC (9999-12-31T23:00:00-01:00)
+        raise ApiError("invalid_request", "expires_at is out of range: at most 9999-12-31T23:59:59Z",
+                       param="expires_at", code="invalid_value") from None
 
 
 def _missing(key_id: str) -> ApiError:
@@ -88,7 +100,8 @@ async def create(request: Request) -> Response:
     req = validate(parse_json(await request.body()), KeyCreate)
     record, secret = await _store(
         request, k.create_key, req.name, k.parse_scopes(req.scopes), tpm=req.tpm, burst=req.burst, rpm=req.rpm,
-        max_concurrent=req.max_concurrent, monthly_tokens=req.monthly_tokens, expires_at=_future(req.expires_at))
+        max_concurrent=req.max_concurrent, monthly_tokens=req.monthly_tokens, expires_at=_time(req.expires_at),
+        grantor=api_key_of(request.scope))
     log.info("%s key %s created by %s", context_of(request.scope).request_id, record.id,
              context_of(request.scope).key_id or "an unauthenticated caller (auth was off)")
     reply = json_reply(key_out(record, secret), context_of(request.scope))
@@ -122,8 +135,8 @@ async def update(request: Request, key_id: str) -> Response:
     req = validate(parse_json(await request.body()), KeyUpdate)
     changes: dict[str, object] = {name: getattr(req, name) for name in req.model_fields_set}
     if "expires_at" in changes:
-        changes["expires_at"] = _future(req.expires_at)
-    record = await _store(request, k.update_key, key_id[:64], changes)
+        changes["expires_at"] = _time(req.expires_at)
+    record = await _store(request, k.update_key, key_id[:64], changes, grantor=api_key_of(request.scope))
     if record is None:
         raise _missing(key_id)
     log.info("%s key %s changed (%s)", context_of(request.scope).request_id, record.id, ", ".join(sorted(changes)))
