@@ -44,6 +44,7 @@ def test_answers_and_errors_carry_the_origin_and_expose_the_headers_a_client_rea
 def test_another_origin_gets_no_cors_headers_and_a_refused_preflight_is_the_envelope(cors: TestClient) -> None:
     evil = "https://evil.example"
     r = cors.post("/v1/generate", json={"prompt": "hi", "max_new_tokens": 2}, headers={"Origin": evil})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "cross_site"  # a write from it is refused
     assert "access-control-allow-origin" not in r.headers
     pre = cors.options("/v1/generate", headers={"Origin": evil, "Access-Control-Request-Method": "PUT"})
     assert pre.status_code == 400
@@ -56,4 +57,9 @@ def test_without_the_option_no_origin_is_allowed() -> None:
     with make_client() as c:
         wait_ready(c)
         r = c.post("/v1/generate", json={"prompt": "hi", "max_new_tokens": 2}, headers={"Origin": APP})
-        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+        assert r.json()["error"]["code"] == "cross_site"
+        # the server's own origin (the playground page) writes as any client does
+        own = c.post("/v1/generate", json={"prompt": "hi", "max_new_tokens": 2},
+                     headers={"Origin": "http://127.0.0.1"})
+        assert own.status_code == 200 and "access-control-allow-origin" not in own.headers

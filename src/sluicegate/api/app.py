@@ -18,6 +18,7 @@ from sluicegate.api.errors import install_error_handlers
 from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.cors import Cors
+from sluicegate.api.middleware.cross_site import CrossSiteWriteMiddleware
 from sluicegate.api.middleware.deadline import DeadlineMiddleware
 from sluicegate.api.middleware.key_limits import KeyLimitsMiddleware
 from sluicegate.api.middleware.ratelimit import RateLimitMiddleware
@@ -109,6 +110,8 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.add_middleware(KeyLimitsMiddleware, tenancy=state.tenancy)  # the key's request counts, before the body is read
     app.add_middleware(AuthMiddleware, tenancy=state.tenancy)  # outside the body limit: a keyless caller is refused
     app.add_middleware(DrainMiddleware, drain=state.drain)  # in-flight requests; 503 while shutting down
+    # a write a page of another origin sent (a form upload needs no preflight): 403 before auth or any work
+    app.add_middleware(CrossSiteWriteMiddleware, allowed_origins=config.cors_origins)
     if config.cors_origins:  # outside auth: a preflight needs no key, and a refusal still carries the CORS headers
         app.add_middleware(Cors, origins=config.cors_origins)
     # Outside everything but the request context: a foreign Host (DNS rebinding) reaches no route, key check or
