@@ -17,7 +17,7 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, Select, delete, func, insert, literal, select, tuple_, update
 
 from sluicegate.jobs.states import ACTIVE
-from sluicegate.store.db import Store
+from sluicegate.store.db import Store, UnknownCursor
 from sluicegate.store.keylock import lock_key
 from sluicegate.store.models import BatchFile, BatchFileChunk, BatchJob, UTCDateTime
 
@@ -99,6 +99,8 @@ class FileStore:
             q = q.where(f.purpose == purpose)
         with self.store.session() as s:
             anchor = None if after is None else s.get(f, after)
+            if after is not None and (anchor is None or anchor.key_id != key_id):
+                raise UnknownCursor(after)
             if anchor is not None:
                 pos, at = tuple_(f.created_at, f.id), tuple_(literal(anchor.created_at, UTCDateTime()), anchor.id)
                 q = q.where(pos < at if newest_first else pos > at)

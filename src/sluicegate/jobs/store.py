@@ -17,7 +17,7 @@ from sqlalchemy import delete, exists, func, insert, select, update
 from sluicegate.jobs import states as S
 from sluicegate.jobs.files import new_id, utcnow
 from sluicegate.jobs.leases import Leases
-from sluicegate.store.db import Store
+from sluicegate.store.db import Store, UnknownCursor
 from sluicegate.store.keylock import lock_key
 from sluicegate.store.models import BatchItem, BatchJob
 from sluicegate.store.notify import JOBS, announce
@@ -151,6 +151,8 @@ class JobStore:
         q = select(j).where(_owner_is(key_id), j.shape == shape)
         with self.store.session() as s:
             anchor = None if after is None else s.get(j, after)
+            if after is not None and (anchor is None or anchor.key_id != key_id or anchor.shape != shape):
+                raise UnknownCursor(after)
             if anchor is not None:
                 q = q.where((j.created_at < anchor.created_at) | ((j.created_at == anchor.created_at) & (j.id < after)))
             jobs = s.execute(q.order_by(j.created_at.desc(), j.id.desc()).limit(limit)).scalars().all()

@@ -26,6 +26,11 @@ def default_url(data_dir: Path) -> str:
     return f"sqlite:///{Path(data_dir).expanduser().resolve() / DB_FILE}"
 
 
+class UnknownCursor(LookupError):
+    """A list's `after` names nothing of the calling key: an unknown id and another key's answer alike, so a
+    cursor never tells whether another key's object exists."""
+
+
 def resolve_url(database_url: str | None, data_dir: Path) -> str:
     return database_url if database_url else default_url(data_dir)
 

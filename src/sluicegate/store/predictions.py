@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, or_, select
 
-from sluicegate.store.db import Store
+from sluicegate.store.db import Store, UnknownCursor
 from sluicegate.store.models import PredictionRecord
 
 
@@ -24,10 +24,6 @@ class Page:
     bodies: list[str]  # the records' JSON, newest first
     ids: list[str]
     has_more: bool
-
-
-class UnknownCursor(LookupError):
-    """`after` names no prediction of this key."""
 
 
 def save(store: Store, *, id: str, key_id: str, created_at: dt.datetime, model: str, body: str) -> None:

@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 
 from sluicegate.api.envelope import error_response
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply, refuse_query
+from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply, list_page, refuse_query
 from sluicegate.api.services import Jobs, Settings, jobs_of
 from sluicegate.jobs import states as S
 from sluicegate.jobs.create import SeedJob, parse_list
@@ -141,8 +141,7 @@ async def create(request: Request, batch: Jobs, config: Settings) -> Response:
 async def list_jobs(request: Request, batch: Jobs, limit: int = Query(20, ge=1, le=100),
                     after: str | None = None) -> Response:
     ctx = context_of(request.scope)
-    views = await asyncio.to_thread(batch.jobs.list_jobs, ctx.key_id, "seed", limit=limit + 1,
-                                    after=after)
+    views = await list_page(batch.jobs.list_jobs, ctx.key_id, "seed", limit=limit + 1, after=after)
     return json_reply(BatchPredictionList(data=[seed_object(v) for v in views[:limit]],
                                           has_more=len(views) > limit), ctx)
 

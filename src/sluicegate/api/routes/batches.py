@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_error_response
-from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply
+from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply, list_page
 from sluicegate.api.routes.files import not_found, ts
 from sluicegate.api.routes.openai import read_openai
 from sluicegate.api.services import Jobs, Settings
@@ -76,8 +76,10 @@ async def create_batch(request: Request, batch: Jobs, config: Settings) -> Respo
 async def list_batches(request: Request, batch: Jobs, limit: int = Query(20, ge=1, le=100),
                        after: str | None = None) -> Response:
     ctx = context_of(request.scope)
-    jobs = batch.jobs
-    views = await asyncio.to_thread(jobs.list_jobs, ctx.key_id, "openai", limit=limit + 1, after=after)
+    try:
+        views = await list_page(batch.jobs.list_jobs, ctx.key_id, "openai", limit=limit + 1, after=after)
+    except ApiError as exc:
+        return openai_error_response(exc, ctx.request_id)
     data = [batch_object(v) for v in views[:limit]]
     return json_reply(BatchList(data=data, first_id=data[0].id if data else None,
                                 last_id=data[-1].id if data else None, has_more=len(views) > limit), ctx)

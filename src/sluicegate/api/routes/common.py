@@ -21,8 +21,21 @@ from sluicegate.serving import deadline
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import STATUS, ApiError
 from sluicegate.serving.models import ServedModel
+from sluicegate.store.db import UnknownCursor
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+async def list_page(call: Callable[..., T], *args: Any, **kw: Any) -> T:
+    """One page of a list, read in a thread; a cursor (`after`) that names nothing of the calling key is a
+    refusal naming it (`invalid_cursor`), the same for an unknown id and another key's, so a cursor never tells
+    whether another key's object exists (store/db.py)."""
+    try:
+        return await asyncio.to_thread(call, *args, **kw)
+    except UnknownCursor:
+        raise ApiError("invalid_request", "after names nothing of this API key in this list; use an id from it",
+                       param="after", code="invalid_cursor") from None
 
 
 def require_json(request: Request) -> None:

@@ -17,7 +17,7 @@ from python_multipart.exceptions import FormParserError
 
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.openai_errors import openai_error_response
-from sluicegate.api.routes.common import error_responses, json_reply
+from sluicegate.api.routes.common import error_responses, json_reply, list_page
 from sluicegate.api.services import Jobs, Settings, jobs_of
 from sluicegate.api.upload import Quota, multipart_file
 from sluicegate.jobs.files import FileInfo
@@ -77,9 +77,11 @@ async def list_files(
     after: str | None = None, order: Literal["asc", "desc"] = "desc",
 ) -> Response:
     ctx = context_of(request.scope)
-    files = batch.files
-    rows = await asyncio.to_thread(files.list_files, ctx.key_id, purpose=purpose, limit=limit + 1, after=after,
-                                   newest_first=order == "desc")
+    try:
+        rows = await list_page(batch.files.list_files, ctx.key_id, purpose=purpose, limit=limit + 1, after=after,
+                               newest_first=order == "desc")
+    except ApiError as exc:
+        return openai_error_response(exc, ctx.request_id)
     data = [file_object(f) for f in rows[:limit]]
     return json_reply(FileList(data=data, first_id=data[0].id if data else None,
                                last_id=data[-1].id if data else None, has_more=len(rows) > limit), ctx)

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.routes.common import error_responses, idempotency_doc, read_work
+from sluicegate.api.routes.common import error_responses, idempotency_doc, list_page, read_work
 from sluicegate.api.services import store_of
 from sluicegate.api.validation import plain_name
 from sluicegate.api.work import serve
@@ -110,11 +110,9 @@ async def list_predictions(
         raise ApiError("invalid_request", "after must be a prediction id (pred_...)", param="after",
                        code="invalid_cursor")
     try:
-        page = await asyncio.to_thread(stored.page, store_of(request), _owner(ctx), limit=limit,
-                                       after=after)
-    except stored.UnknownCursor:
-        raise ApiError("invalid_request", "after names no prediction of this API key", param="after",
-                       code="invalid_cursor") from None
+        page = await list_page(stored.page, store_of(request), _owner(ctx), limit=limit, after=after)
+    except ApiError:
+        raise
     except Exception:
         log.exception("%s predictions cannot be read", ctx.request_id)
         raise ApiError("store_unavailable", "predictions cannot be read right now", retry_after=1) from None
