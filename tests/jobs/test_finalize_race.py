@@ -102,7 +102,7 @@ def test_an_items_lease_is_renewed_while_another_job_finalizes(store: Store) -> 
     fast = make_job(jobs, ['"fast"'])
     release = asyncio.Event()
 
-    async def handler(body: str, ctx: RequestContext) -> Outcome:
+    async def handler(body: str, ctx: RequestContext, _key: object) -> Outcome:
         if body == '"slow"':
             await release.wait()
         return Outcome(200, {"ok": body})
@@ -141,7 +141,7 @@ def test_a_job_is_finalized_once_while_replicas_race(store: Store) -> None:
     gate = Gate(jobs, FileStore(store))
     job = make_job(jobs, ['"a"', '"b"'])
 
-    async def handler(body: str, ctx: RequestContext) -> Outcome:
+    async def handler(body: str, ctx: RequestContext, _key: object) -> Outcome:
         return Outcome(200, {"ok": body})
 
     def claim() -> dt.datetime | None:

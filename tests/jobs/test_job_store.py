@@ -172,7 +172,7 @@ def test_items_cancelled_before_their_tasks_first_ran_still_end(store: Store) ->
     job = make_job(jobs, 4)
     ran: list[str] = []
 
-    async def handler(body: str, ctx: object) -> Outcome:
+    async def handler(body: str, ctx: object, _key: object) -> Outcome:
         ran.append(body)
         await asyncio.Event().wait()  # never answers: only a cancel ends it
         raise AssertionError("unreachable")

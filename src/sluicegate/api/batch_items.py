@@ -3,7 +3,9 @@
 A chat or completions item is read exactly as `/v1/chat/completions` or `/v1/completions` reads its body
 (refusals by name, the schema, the same validation messages), planned and completed by the same serving
 adapter, and its answer or error shaped as that route would send it (OpenAI's statuses). Nothing streams, and
-no admission is reserved: batch tokens are not charged to the key's interactive rate-limit bucket.
+batch tokens are not charged to the key's interactive rate-limit bucket; they do count against the key's
+monthly budget (`monthly_tokens`): an item is reserved against it as an interactive request is, and one the
+budget cannot hold fails with 429 `budget_exceeded` (its job goes on: later items may fit in a new month).
 
 A refusal the item cannot fix by itself being retried (the engine's queue is full, the server is shutting
 down, the model not loaded) comes back as a 503 outcome, which the worker answers by handing the item back
@@ -14,12 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from sluicegate.api.envelope import envelope, http_status
 from sluicegate.api.metering import from_runs
+from sluicegate.api.middleware.ratelimit import KeyAdmission
 from sluicegate.api.openai_errors import openai_envelope, openai_view
 from sluicegate.api.validation import openai_validation_error as validation_error
 from sluicegate.jobs.worker import Handler, Outcome
@@ -32,10 +35,15 @@ from sluicegate.registry import CHAT, COMPLETIONS, PREDICTIONS
 from sluicegate.serving import openai_chat as chat
 from sluicegate.serving import openai_completions as completions
 from sluicegate.serving import predictions
-from sluicegate.serving.context import RequestContext
+from sluicegate.serving.admission import Admission
+from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
 from sluicegate.serving.surface import Surface, answer
+from sluicegate.tenancy.keys import KeyRecord
+
+if TYPE_CHECKING:
+    from sluicegate.api.tenancy import Tenancy
 
 RETRY_LATER = frozenset({"overloaded", "shutting_down", "not_ready"})
 M = TypeVar("M", bound=BaseModel)
@@ -60,19 +68,28 @@ Parse = Callable[[Any], Any]  # an item's body, parsed from JSON, into the surfa
 Refused = Callable[[Rejected, str], tuple[int, dict[str, Any]]]  # an error as its route answers it: status, body
 
 
-def _item(served: Served, parse: Parse, surface: Surface, refused: Refused) -> Handler:
-    """An item as its route runs it: parsed, prepared (no admission reserved) and completed by the same
-    adapter (serving/surface.py `answer` closes its runs), its error shaped as the route sends it."""
+def _item(served: Served, parse: Parse, surface: Surface, refused: Refused, tenancy: Tenancy | None) -> Handler:
+    """An item as its route runs it: parsed, prepared (its key's monthly budget reserved, nothing else) and
+    completed by the same adapter (serving/surface.py `answer` closes its runs), its error shaped as the route
+    sends it."""
 
-    async def run(body: str, ctx: RequestContext) -> Outcome:
+    async def run(body: str, ctx: RequestContext, key: KeyRecord | None) -> Outcome:
+        budget = None
+        if tenancy is not None and key is not None and key.monthly_tokens is not None:
+            budget = KeyAdmission(tenancy.limiter, key.id, None, tenancy.budgets, key.monthly_tokens)
+        used = TokenUsage()
         try:
             req = parse(json.loads(body))
             model = served(req.model)  # the model the item names: local or an upstream's
-            result, runs = await answer(surface, model, req, ctx)
-            return Outcome(200, result.model_dump(mode="json"), from_runs(runs))
+            result, runs = await answer(surface, model, req, ctx, Admission(reservation=budget))
+            used = from_runs(runs)
+            return Outcome(200, result.model_dump(mode="json"), used)
         except Rejected as exc:
             status, error = refused(exc, ctx.request_id)
             return Outcome(503 if exc.type in RETRY_LATER else status, error)
+        finally:
+            if budget is not None:
+                await budget.settle(used)
 
     return run
 
@@ -85,13 +102,14 @@ def _native(exc: Rejected, request_id: str) -> tuple[int, dict[str, Any]]:
     return http_status(exc), envelope(exc, request_id)
 
 
-def handlers(served: Served) -> dict[str, Handler]:
-    """A handler for each route batch items may run on (the route registry's `batch`), by its path."""
+def handlers(served: Served, tenancy: Tenancy | None = None) -> dict[str, Handler]:
+    """A handler for each route batch items may run on (the route registry's `batch`), by its path; `tenancy`:
+    the monthly budgets items reserve against (None: none)."""
     return {
         CHAT.path: _item(served, lambda data: parse_openai(data, ChatCompletionRequest, openai_chat.chat_refusal),
-                         chat, _openai),
+                         chat, _openai, tenancy),
         COMPLETIONS.path: _item(served, lambda data: parse_openai(data, CompletionRequest,
                                                                   openai_completions.completion_refusal),
-                                completions, _openai),
-        PREDICTIONS.path: _item(served, predictions.parse, predictions, _native),
+                                completions, _openai, tenancy),
+        PREDICTIONS.path: _item(served, predictions.parse, predictions, _native, tenancy),
     }

@@ -73,7 +73,7 @@ class AppState:
         """Load the models (api/model_runtime.py); once every one serves, batch work starts, wherever a model
         is served, local or upstream only."""
         if await self.runtime.load():
-            self.batch.start(handlers(self.runtime.served), self.runtime.engine_slots())
+            self.batch.start(handlers(self.runtime.served, self.tenancy), self.runtime.engine_slots())
 
     def stop_loading(self) -> None:
         """Shutting down: an upstream still being waited for is not checked again."""

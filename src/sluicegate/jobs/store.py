@@ -19,7 +19,7 @@ from sluicegate.jobs.files import new_id, utcnow
 from sluicegate.jobs.leases import Leases
 from sluicegate.store.db import Store, UnknownCursor
 from sluicegate.store.keylock import lock_key
-from sluicegate.store.models import BatchItem, BatchJob
+from sluicegate.store.models import ApiKey, BatchItem, BatchJob
 from sluicegate.store.notify import JOBS, announce
 
 
@@ -178,18 +178,35 @@ class JobStore:
             return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
     # -- cancel, expire, finalize -------------------------------------------------------------------------
-    def cancel(self, job_id: str) -> bool:
+    def cancel(self, job_id: str, reason: tuple[str, str] | None = None) -> bool:
         """Cancelling: pending items never start; leased ones end as their workers see it. False: the job
-        was already finished (or failed validation)."""
+        was already finished (or failed validation). `reason`: (code, message) kept as the job's `errors` when
+        the server cancels it (its key was revoked or expired), not its owner."""
         now = utcnow()
+        errors = None if reason is None else json.dumps({"object": "list", "data": [
+            {"code": reason[0], "message": reason[1], "line": None, "param": None}]})
         with self.store.session() as s, s.begin():
             res = s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status.in_(
-                (S.VALIDATING, S.IN_PROGRESS))).values(status=S.CANCELLING, cancelling_at=now))
+                (S.VALIDATING, S.IN_PROGRESS))).values(status=S.CANCELLING, cancelling_at=now,
+                                                       **({} if errors is None else {"errors": errors})))
             if not res.rowcount:  # type: ignore[attr-defined]
                 return False
             s.execute(update(BatchItem).where(BatchItem.job_id == job_id, BatchItem.state.in_((S.HELD, S.PENDING)))
                       .values(state=S.ITEM_CANCELLED, finished_at=now))
         return True
+
+    def stopped_keys(self, job_ids: Sequence[str] | None = None) -> dict[str, str]:
+        """{job id: `revoked` or `expired`} for unfinished jobs (of `job_ids`, else all) whose API key can no
+        longer be used: their work stops (docs/jobs.md, "Revoked keys")."""
+        j, k = BatchJob, ApiKey
+        now = utcnow()
+        q = (select(j.id, k.revoked_at).join(k, k.id == j.key_id)
+             .where(j.status.in_((S.VALIDATING, S.IN_PROGRESS, S.CANCELLING)),
+                    k.revoked_at.is_not(None) | (k.expires_at.is_not(None) & (k.expires_at <= now))))
+        if job_ids is not None:
+            q = q.where(j.id.in_(job_ids))
+        with self.store.session() as s:
+            return {r[0]: "revoked" if r[1] is not None else "expired" for r in s.execute(q.limit(1000))}
 
     def expire_due(self) -> None:
         """Jobs past their window: their pending items expire (leased ones finish), then they finalize."""

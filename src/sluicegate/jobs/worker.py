@@ -12,6 +12,12 @@
   own lease (`JobStore.finish_item`), so each item's result is written exactly once.
 - An item leased more than `MAX_ATTEMPTS` times (it took its process down each time) fails instead of
   running again.
+- A job whose API key is revoked or expires stops (docs/jobs.md, "Revoked keys"): before each item the key is
+  read from the store (not the key cache: a revocation is seen at once), and at every lease renewal and store
+  sweep the running jobs' keys are checked. The job is cancelled with the reason in its `errors`
+  (`key_revoked`, `key_expired`), its items not yet started never run, the ones running here abort (their
+  partial tokens are not charged), and it ends `cancelled`. The item handler gets the key's record: its
+  monthly budget covers batch items too (api/batch_items.py).
 """
 
 from __future__ import annotations
@@ -35,9 +41,12 @@ from sluicegate.jobs.store import JobStore
 from sluicegate.serving.context import RequestContext, TokenUsage
 from sluicegate.store.models import BatchJob
 from sluicegate.store.polling import IdlePoll
+from sluicegate.tenancy.keys import KeyRecord, get_key
 
 log = logging.getLogger("sluicegate.jobs")
 MAX_ATTEMPTS = 3
+KEY_STOPPED = ("the API key that created this batch was {why}: its requests that had not finished were cancelled "
+               "and are not charged")
 RETRY_STATUS = 503  # an item's outcome meaning "not now": handed back, not failed (api/batch_items.py)
 
 
@@ -54,7 +63,8 @@ class Outcome:
         return self.status_code < 400
 
 
-Handler = Callable[[str, RequestContext], Awaitable[Outcome]]  # (the body as JSON text, its context)
+# (the body as JSON text, its context, the job's key as the store holds it now; None when auth is off)
+Handler = Callable[[str, RequestContext, KeyRecord | None], Awaitable[Outcome]]
 Finalizer = Callable[[BatchJob], tuple[str | None, str | None]]  # the job's output and error file ids
 
 
@@ -105,11 +115,23 @@ class Worker:
         self._abort(job_id, S.ITEM_CANCELLED)
         self.wake()
 
-    def _abort(self, job_id: str, state: str) -> None:
+    def _abort(self, job_id: str, state: str, *, but: int | None = None) -> None:
+        """The job's items running here abort (`but` this one: its caller ends it itself)."""
         self._stopped_jobs[job_id] = state
         for r in list(self._running.values()):
-            if r.lease.job_id == job_id and not r.writing:  # a result being written stands
+            if r.lease.job_id == job_id and not r.writing and r.lease.id != but:  # a result being written stands
                 r.task.cancel()
+
+    async def _stop_revoked(self, job_ids: list[str] | None = None, *, but: int | None = None) -> None:
+        """Cancel the unfinished jobs (of `job_ids`, else all) whose key was revoked or has expired."""
+        for job_id, why in (await asyncio.to_thread(self.jobs.stopped_keys, job_ids)).items():
+            await self._stop_for_key(job_id, why, but=but)
+
+    async def _stop_for_key(self, job_id: str, why: str, *, but: int | None = None) -> None:
+        code = f"key_{why}"
+        if await asyncio.to_thread(self.jobs.cancel, job_id, (code, KEY_STOPPED.format(why=why))):
+            log.warning("batch %s: its API key was %s; its remaining requests are cancelled", job_id, why)
+        self._abort(job_id, S.ITEM_CANCELLED, but=but)
 
     async def stop(self) -> None:
         """Abort what runs here and hand every lease back."""
@@ -144,6 +166,7 @@ class Worker:
                     last_renew = now
                 if now - last_sweep >= max(self.poll_s, 1.0):
                     await asyncio.to_thread(self.jobs.expire_due)
+                    await self._stop_revoked()
                     for job_id in await asyncio.to_thread(self.jobs.fail_stale_validating,
                                                           self.validating_timeout_s):
                         log.warning("batch %s: still validating after %gs; failed", job_id,
@@ -173,6 +196,7 @@ class Worker:
         for job_id, (state, *_rest) in (await asyncio.to_thread(self.jobs.jobs_states, job_ids)).items():
             if state == S.CANCELLING:
                 self._abort(job_id, S.ITEM_CANCELLED)
+        await self._stop_revoked(job_ids)
 
     def _finalize_soon(self) -> None:
         """Finalizing runs beside the loop, never in it: rendering a large job's files takes as long as it takes,
@@ -285,9 +309,14 @@ class Worker:
                               "docs_url": docs_url("internal_error", "item_failed")}}
             await self._write(lease, S.ITEM_FAILED, 500, body)
             return
+        key = None if key_id is None else await asyncio.to_thread(get_key, self.jobs.store, key_id)
+        if key_id is not None and (key is None or not key.usable()):  # read now: the key cache may lag
+            await self._stop_for_key(lease.job_id, "revoked" if key is None else key.state(), but=lease.id)
+            await self._write(lease, S.ITEM_CANCELLED, None, None)
+            return
         ctx = RequestContext(request_id=f"req_batch_{lease.id:x}", priority=Priority.BATCH, tenant=key_id or "",
                              key_id=key_id)
-        outcome = await handler(lease.body, ctx)
+        outcome = await handler(lease.body, ctx, key)
         if outcome.status_code == RETRY_STATUS:  # the engine is full or stopping: run it later
             self._backoff_until = time.monotonic() + self.poll_s * 4
             await asyncio.shield(asyncio.to_thread(self.jobs.leases.release_item, self.owner, lease.id))

@@ -3,6 +3,10 @@
 Every read and change of an endpoint names its API key: another key's endpoint is not found. Deliveries are
 claimed for sending with a compare-and-set on `next_attempt_at` (pushed out by a lease), so replicas sharing a
 database never send one attempt twice; a sender that dies leaves the row due again when the lease ends.
+
+A revoked or expired key's deliveries are never sent: the claim reads each due delivery's key with it, and
+fails those of a key that can no longer be used (`last_error` says why) instead of claiming them, so nothing
+is delivered after the revocation reached the store, whatever the key cache of any replica still holds.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from sluicegate.store.db import Store
 from sluicegate.store.keylock import lock_key
-from sluicegate.store.models import WebhookDelivery, WebhookEndpoint
+from sluicegate.store.models import ApiKey, WebhookDelivery, WebhookEndpoint
 from sluicegate.store.notify import WEBHOOKS, announce
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
@@ -142,14 +146,23 @@ def claim_due(store: Store, limit: int, lease_s: float, *, per_endpoint: int = 1
     full = sorted(ep for ep, n in busy.items() if n >= per_endpoint)
     t = now()
     out: list[Claimed] = []
-    q = (select(WebhookDelivery, WebhookEndpoint.url, WebhookEndpoint.secret)
+    stopped = ApiKey.revoked_at.is_not(None) | (ApiKey.expires_at.is_not(None) & (ApiKey.expires_at <= t))
+    q = (select(WebhookDelivery, WebhookEndpoint.url, WebhookEndpoint.secret, stopped)
          .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
+         .outerjoin(ApiKey, ApiKey.id == WebhookDelivery.key_id)  # none when auth is off
          .where(WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_at <= t))
     if full:
         q = q.where(WebhookDelivery.endpoint_id.not_in(full))
     with store.session() as s:
         rows = s.execute(q.order_by(WebhookDelivery.next_attempt_at).limit(limit)).all()
-    for d, url, secret in rows:
+    dead = [d.id for d, _url, _secret, key_stopped in rows if key_stopped]
+    if dead:  # never sent: the key was revoked or has expired (the module doc)
+        with store.session() as s, s.begin():
+            s.execute(update(WebhookDelivery).where(WebhookDelivery.id.in_(dead), WebhookDelivery.status == PENDING)
+                      .values(status=FAILED, last_error="not sent: the API key was revoked or has expired"))
+    for d, url, secret, key_stopped in rows:
+        if key_stopped:
+            continue
         if busy.get(d.endpoint_id, 0) >= per_endpoint:
             continue
         with store.session() as s, s.begin():
