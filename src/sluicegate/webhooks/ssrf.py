@@ -5,13 +5,20 @@ could aim it at the server's own network (a cloud metadata service at 169.254.16
 127.0.0.1, a database on 10.x). So:
 
 - the URL is `http` or `https`, with a host, no user name or password, at most 2048 characters;
-- its host is resolved, and every address it resolves to must be global (not private, loopback, link-local,
-  shared, multicast, reserved or unspecified), unless an operator's allow-list
-  (`WebhookConfig.allow_networks`, `serve --webhook-allow-network`) holds it;
+- its host is resolved, and every address it resolves to must be globally reachable, unless an operator's
+  allow-list (`WebhookConfig.allow_networks`, `serve --webhook-allow-network`) holds it. Globally reachable is
+  decided by an explicit table, not by the interpreter's `ipaddress.is_global` (whose answer changes between
+  Python versions: 3.11 calls fec0::1 and ::ffff:0:7f00:1 public): an IPv4 address must lie outside every
+  range of IANA's IPv4 Special-Purpose Address Registry that is not globally reachable, multicast and the
+  limited broadcast (`V4_NOT_GLOBAL`); an IPv6 address must lie in 2000::/3 (the only block IANA allocates
+  for global unicast: so loopback, link-local, site-local fec0::/10, unique-local, multicast and the
+  unspecified address are all refused) and outside the IPv6 Special-Purpose Registry's ranges that are not
+  globally reachable (`V6_NOT_GLOBAL`);
 - an IPv6 address a translator turns into IPv4 is judged as the IPv4 address it reaches: IPv4-mapped
-  (::ffff:0:0/96), NAT64's well-known prefix (64:ff9b::/96, RFC 6052) and 6to4 (2002::/16); the forms whose
-  IPv4 target cannot be read from the address alone (local-use NAT64 64:ff9b:1::/48, Teredo 2001::/32, the
-  deprecated IPv4-compatible ::/96) are refused unless allow-listed as such;
+  (::ffff:0:0/96), IPv4-translated (::ffff:0:0:0/96, RFC 2765), NAT64's well-known prefix (64:ff9b::/96,
+  RFC 6052) and 6to4 (2002::/16); the forms whose IPv4 target cannot be read from the address alone
+  (local-use NAT64 64:ff9b:1::/48, Teredo 2001::/32, the deprecated IPv4-compatible ::/96) are refused unless
+  allow-listed as such;
 - the request is sent to the checked address (the URL's host replaced by it), with the original `Host`
   header and, for https, the original name as TLS SNI and for certificate checks, so a name that resolves
   differently a moment later (DNS rebinding) cannot redirect it;
@@ -35,6 +42,18 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 MAX_URL = 2048
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # the last 32 bits are the IPv4 address (RFC 6052)
+SIIT = ipaddress.IPv6Network("::ffff:0:0:0/96")  # IPv4-translated (RFC 2765): the last 32 bits are IPv4
+GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+# IANA's IPv4 Special-Purpose Address Registry, the ranges not globally reachable (192.0.0.0/24 whole, its two
+# global /32s included), and multicast (224.0.0.0/4): a webhook never goes there
+V4_NOT_GLOBAL = tuple(ipaddress.IPv4Network(n) for n in (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",
+    "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4", "255.255.255.255/32"))
+# IANA's IPv6 Special-Purpose Address Registry inside 2000::/3, the ranges not globally reachable (2001::/23
+# whole: Teredo, benchmarking, ORCHID and the rest); everything outside 2000::/3 is refused already
+V6_NOT_GLOBAL = tuple(ipaddress.IPv6Network(n) for n in (
+    "2001::/23", "2001:db8::/32", "3fff::/20"))
 OPAQUE_TRANSLATIONS = (  # IPv4 reached through these is not readable from the address: refused
     ipaddress.IPv6Network("64:ff9b:1::/48"),  # local-use NAT64 (RFC 8215): the operator picks where v4 sits
     ipaddress.IPv6Network("2001::/32"),  # Teredo: a relay, and the client's address obfuscated
@@ -89,7 +108,8 @@ class Guard:
                 return self.allowed(v4)
             if any(ip in net for net in OPAQUE_TRANSLATIONS):
                 return False
-        return ip.is_global and not ip.is_multicast
+            return ip in GLOBAL_UNICAST and not any(ip in net for net in V6_NOT_GLOBAL)
+        return not any(ip in net for net in V4_NOT_GLOBAL)
 
     async def target(self, url: str) -> Target:
         """Check `url` and resolve its host now; the Target to send to (raises UnsafeUrl)."""
@@ -123,10 +143,11 @@ class Guard:
 
 
 def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address a translator sends packets for `ip` to (IPv4-mapped, NAT64, 6to4), or None."""
+    """The IPv4 address a translator sends packets for `ip` to (IPv4-mapped or -translated, NAT64, 6to4), or
+    None."""
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
-    if ip in NAT64:
+    if ip in NAT64 or ip in SIIT:
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip.sixtofour
 
