@@ -82,6 +82,15 @@ class RequestContext:
     meter: Callable[[], TokenUsage] | None = None  # set once its work started (api/work.py): read by `used()`
     serial: int = field(default_factory=lambda: next(_serial))  # unique in this process
     record: AccessRecord = field(default_factory=AccessRecord)  # stage times and run outcomes (the access log)
+    supplied_id: bool = False  # `request_id` is the caller's own X-Request-Id, not one the server made
+
+    @property
+    def ledger_id(self) -> str:
+        """The id the usage ledger records: the request id, qualified by the key when the caller chose it
+        (`key_...:ID`), so a caller sending another key's request id never shares a row's id with it."""
+        if self.supplied_id and self.key_id:
+            return f"{self.key_id}:{self.request_id}"
+        return self.request_id
 
     def used(self) -> TokenUsage:
         """What the request cost, read when its response has ended (streams and a client that left included):

@@ -147,7 +147,7 @@ class AuthMiddleware:
         finally:
             usage = ctx.used()
             self.tenancy.ledger.record(ctx.key_id, route.path, usage.prompt_tokens, usage.cached_tokens,
-                                       usage.generated_tokens, watch.status or 500, request_id=ctx.request_id)
+                                       usage.generated_tokens, watch.status or 500, request_id=ctx.ledger_id)
 
     async def _authenticate(self, scope: Scope, route: Route, ctx: RequestContext) -> ApiError | None:
         keys = self.tenancy.keys

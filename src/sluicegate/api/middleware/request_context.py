@@ -106,9 +106,10 @@ class RequestContextMiddleware:
         arrival = time.monotonic()
         start = time.perf_counter()
         supplied = dict(scope["headers"]).get(b"x-request-id", b"")
-        request_id = supplied.decode() if _VALID_ID.match(supplied) else new_request_id()
+        valid = bool(_VALID_ID.match(supplied))
+        request_id = supplied.decode() if valid else new_request_id()
         record = AccessRecord()  # this middleware's: Server-Timing and the access line read it
-        ctx = RequestContext(request_id, arrival=arrival, record=record)
+        ctx = RequestContext(request_id, arrival=arrival, record=record, supplied_id=valid)
         id_token = REQUEST_ID.set(request_id)  # every log line this request causes carries it (telemetry/logs.py)
         state = scope.setdefault("state", {})
         state["ctx"] = ctx
