@@ -64,6 +64,7 @@ class StoreConfig:
 class AuthConfig:
     insecure_no_auth: bool = False  # allow a non-loopback bind while the store holds no key (logged at start)
     key_cache_ttl_s: float = 0.5  # how long a key lookup is trusted: bounds how late a revocation is seen
+    key_stale_s: float = 300.0  # while the store fails, a key verified within this long is still accepted
     key_cache_size: int = 10_000  # most found keys cached per process (least recently used out)
     unknown_cache_size: int = 4096  # most unknown keys remembered per process, apart from the found ones
     max_key_queries: int = 4  # most key lookups in the store at once (a flood of made-up keys queues)

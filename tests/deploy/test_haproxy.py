@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from sluicegate.testing.cluster import Cluster, haproxy_binary
+from sluicegate.testing.wait import wait_for
 from tests.dbs import postgres_database, url_string
 
 pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="haproxy is not installed (apt-get install haproxy)")
@@ -90,3 +91,36 @@ def test_with_no_replica_ready_haproxy_answers_in_the_envelope(tmp_path: Path) -
         err = r.json()["error"]
         assert err["type"] == "overloaded" and err["request_id"] == r.headers["x-request-id"]
         assert r.headers["retry-after"] == "1"
+
+
+def test_a_store_that_takes_no_writes_costs_one_generation_per_call(cluster: Cluster) -> None:
+    """With the store read-only, a response or a prediction is computed once and delivered (marked not stored),
+    through HAProxy's retries and the official SDK's: no retryable 503 after work (it was 9 runs a call)."""
+    import openai
+
+    from sluicegate.api.routes.predictions import NOT_STORED
+    from tests.store_faults import read_only
+
+    def posts() -> list[tuple[str, int]]:
+        out = []
+        for r in cluster.replicas:
+            for line in r.log_path.read_text(errors="replace").splitlines():
+                if line.startswith("{") and '"access"' in line:
+                    entry = json.loads(line)
+                    if entry.get("method") == "POST" and entry.get("route") in ("/v1/responses", "/v1/predictions"):
+                        out.append((entry["route"], entry["status"]))
+        return out
+
+    old = Counter(posts())
+    before = sum(old.values())
+    with read_only(cluster.database_url), httpx.Client(verify=cluster.tls, timeout=60) as http:
+        client = openai.OpenAI(base_url=f"{cluster.url}/v1", api_key="unused", http_client=http, max_retries=2)
+        for i in range(3):
+            answer = client.responses.create(model="reference", input=f"store-less {i}", max_output_tokens=4)
+            assert answer.store is False and answer.output_text is not None
+        made = http.post(f"{cluster.url}/v1/predictions", json={"input": {"prompt": "x"},
+                                                               "options": {"max_new_tokens": 2}})
+        assert made.status_code == 200 and NOT_STORED in made.json()["warnings"]
+    wait_for(lambda: len(posts()) >= before + 4, message="the four access lines")
+    assert Counter(posts()) - old == Counter({("/v1/responses", 200): 3,
+                                                                   ("/v1/predictions", 200): 1})

@@ -1,6 +1,10 @@
 """Rendering every failure as the one envelope, on every route.
 
 A 500 is always `internal_error`: the detail goes to the log under the request id, nothing of it to the body.
+A store failure that reaches here (SQLAlchemy's errors: the database is down, read-only, or its disk full) is
+503 `store_unavailable` with Retry-After on every route, never a 500: the client's request was fine, and a
+retry may well succeed (docs/errors.md). Routes that store after the work keep the answer instead
+(api/routes/responses.py, predictions.py): no retryable 503 is answered after work.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sluicegate.api.envelope import INTERNAL, error_response
@@ -20,6 +25,10 @@ from sluicegate.refusal import Rejected
 from sluicegate.serving.errors import ApiError
 
 log = logging.getLogger("sluicegate.errors")
+
+
+def store_unavailable() -> ApiError:
+    return ApiError("store_unavailable", "the store cannot be read or written right now; retry", retry_after=1)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -48,9 +57,15 @@ def install_error_handlers(app: FastAPI) -> None:
         err = error_from_details(exc.errors(), strip=("body", "query", "path", "header"))
         return error_response(err, rid)
 
+    async def on_store(request: Request, exc: Exception) -> JSONResponse:
+        rid = context_of(request.scope).request_id
+        log.error("%s the store failed: %s", rid, type(exc).__name__, exc_info=exc)
+        return error_response(store_unavailable(), rid)
+
+    app.add_exception_handler(SQLAlchemyError, on_store)
     app.add_exception_handler(Rejected, on_refused)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
 
 
-__all__ = ["error_response", "install_error_handlers", "validation_error"]
+__all__ = ["error_response", "install_error_handlers", "store_unavailable", "validation_error"]

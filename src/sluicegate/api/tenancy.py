@@ -41,7 +41,7 @@ class Tenancy:
 
     def _key_cache(self) -> KeyCache:
         a = self.config.auth
-        return KeyCache(self.store, ttl_s=a.key_cache_ttl_s, max_keys=a.key_cache_size,
+        return KeyCache(self.store, ttl_s=a.key_cache_ttl_s, stale_s=a.key_stale_s, max_keys=a.key_cache_size,
                         max_unknown=a.unknown_cache_size, max_queries=a.max_key_queries)
 
     def open(self) -> None:

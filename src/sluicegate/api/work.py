@@ -56,7 +56,9 @@ class Dialect:
 NATIVE = Dialect()
 
 Read = Callable[[], Awaitable[tuple[Any, ServedModel]]]  # the parsed request and the model it names
-Keep = Callable[[BaseModel], Awaitable[None]]  # done with a whole answer before it is sent (a stored prediction)
+# done with a whole answer before it is sent (a stored prediction): the answer to send, which says so when keeping
+# it failed (the work is done: it is delivered, never turned into a retryable error)
+Keep = Callable[[BaseModel], Awaitable[BaseModel]]
 
 
 async def _closing(items: AsyncIterator[BaseModel | str | None], runs: Runs) -> AsyncIterator[BaseModel | str | None]:
@@ -108,7 +110,7 @@ async def serve(request: Request, read: Read, surface: Surface, dialect: Dialect
         finally:
             runs.close()
         if keep is not None:
-            await keep(answer)
+            answer = await keep(answer)
         return json_reply(answer, ctx)
 
     if held is not None:

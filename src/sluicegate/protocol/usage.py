@@ -25,3 +25,5 @@ class UsageDay(ResponseModel):
 class UsageList(ResponseModel):
     object: Literal["list"] = "list"
     data: list[UsageDay] = Field(description="by day, then key")
+    unwritten_requests: int = Field(0, description="requests this server has finished and not yet written to the "
+                                    "store, so not in `data`: 0 unless the store is not taking writes")

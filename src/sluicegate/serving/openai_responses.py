@@ -52,10 +52,10 @@ def new_id(prefix: str) -> str:
 @dataclass(slots=True)
 class Conversation:
     """What the caller gives this layer: the items before this request's input (from `previous_response_id`),
-    and where the finished response goes (`save(response, items)`; None: not stored)."""
+    and where the finished response goes (`save(response, items)`: whether it was stored; None: not stored)."""
 
     history: list[Item] = field(default_factory=list)
-    save: Callable[[ResponseObject, list[Item]], Awaitable[None]] | None = None
+    save: Callable[[ResponseObject, list[Item]], Awaitable[bool]] | None = None
 
 
 @dataclass(slots=True)
@@ -224,9 +224,12 @@ def response_object(
     )
 
 
-async def _finish(plan: ResponsesPlan, conversation: Conversation, response: ResponseObject) -> None:
-    if conversation.save is not None and plan.request.store:
-        await conversation.save(response, plan.items)
+async def _finish(plan: ResponsesPlan, conversation: Conversation, response: ResponseObject) -> ResponseObject:
+    """The response as answered: stored when asked, or, when storing failed after the work, delivered all the
+    same with `store: false` (the answer is never thrown away, nor computed again by a retry)."""
+    if conversation.save is not None and plan.request.store and not await conversation.save(response, plan.items):
+        return response.model_copy(update={"store": False})
+    return response
 
 
 async def complete(
@@ -245,8 +248,7 @@ async def complete(
         output.append(FunctionCallOut(id=new_id("fc"), call_id=call.id, name=call.function.name,
                                       arguments=call.function.arguments, status="completed"))
     response = response_object(plan, ctx, output, status=status, usage=_usage(answer.usage))
-    await _finish(plan, conversation, response)
-    return response
+    return await _finish(plan, conversation, response)
 
 
 class _Events:
@@ -364,7 +366,6 @@ async def stream(
             yield e
     for e in close():
         yield e
-    response = snapshot(status, usage)
-    await _finish(plan, conversation, response)
+    response = await _finish(plan, conversation, snapshot(status, usage))
     kind = "response.completed" if status == "completed" else "response.incomplete"
     yield ev(kind, response=response.model_dump(mode="json"))

@@ -144,7 +144,7 @@ def to_config(s: ServeSettings, *, model_path: Path | None = None, default_name:
         deadlines=DeadlineConfig(default_timeout_s=s.default_timeout, max_timeout_s=s.max_timeout),
         connections=connections_config(s),
         store=StoreConfig(data_dir=s.data_dir, database_url=s.database_url),
-        auth=AuthConfig(insecure_no_auth=s.insecure_no_auth),
+        auth=AuthConfig(insecure_no_auth=s.insecure_no_auth, key_stale_s=s.key_stale_seconds),
         ratelimit=RateLimitConfig(redis_url=s.redis_url, fail_open=s.rate_limit_fail_open,
                                   default_tpm=s.default_tpm, default_burst=s.default_burst,
                                   default_rpm=s.default_rpm, default_max_concurrent=s.default_max_concurrent),

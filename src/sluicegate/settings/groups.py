@@ -22,6 +22,7 @@ from sluicegate.settings.flag import Flag
 _DEFAULT = Config()
 _M, _E, _L, _D, _C = _DEFAULT.model, _DEFAULT.engine, _DEFAULT.limits, _DEFAULT.deadlines, _DEFAULT.connections
 _S, _R, _J, _W, _U = _DEFAULT.store, _DEFAULT.ratelimit, _DEFAULT.jobs, _DEFAULT.webhooks, _DEFAULT.upstream
+_A = _DEFAULT.auth
 
 PosInt = Annotated[int, Flag(t.positive_int, "N")]
 OptPosInt = Annotated[int | None, Flag(t.positive_int, "N")]
@@ -155,6 +156,9 @@ class StoreSettings(Group):
     insecure_no_auth: Bool = False
     """serve on a non-loopback address while the store holds no API key (anyone who reaches the port may use
     everything); auth still turns on once a key exists"""
+    key_stale_seconds: Annotated[float, Flag(t.nonnegative_seconds, "SECONDS")] = _A.key_stale_s
+    """while the store cannot be read, keys this process verified within this long are still accepted (a
+    revocation made meanwhile is seen once the store answers); 0: refuse every key while it is down"""
 
 
 class RateLimitSettings(Group):

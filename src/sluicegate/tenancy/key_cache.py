@@ -11,11 +11,18 @@
 - The store is synchronous: queries run in a worker thread, never on the event loop.
 - `enforced()`: whether auth is on, i.e. whether the store holds any key (revoked ones count, so revoking
   the last key does not open the server). Re-checked every `ttl_s` until the answer is yes; then it stays.
+- Through a store outage a key this process verified within `stale_s` (default 300 s) is still accepted: when
+  the query for a cached key fails, its last good answer stands (a revocation made during the outage cannot
+  be seen, and is seen within `ttl_s` once the store answers again). A key not verified within that window,
+  or never seen, is refused as the store's failure (503): the cache fails closed for what it does not know.
+  Generation needs no store, so with this it goes on through a database blip (docs/keys.md, "When the store
+  is down").
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -26,6 +33,7 @@ from sluicegate.store.db import Store
 from sluicegate.tenancy.keys import KeyRecord, acceptable, any_keys, find_key, secret_hash
 
 V = TypeVar("V")
+log = logging.getLogger("sluicegate.auth")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,7 @@ class KeyCache:
         store: Store,
         *,
         ttl_s: float = 0.5,
+        stale_s: float = 300.0,
         max_keys: int = 10_000,
         max_unknown: int = 4096,
         max_queries: int = 4,
@@ -48,6 +57,8 @@ class KeyCache:
     ) -> None:
         self.store = store
         self.ttl_s = ttl_s
+        self.stale_s = stale_s
+        self.stale_answers = 0  # lookups answered from a stale entry because the store failed
         self.max_keys = max_keys
         self.max_unknown = max_unknown
         self._clock = clock
@@ -88,9 +99,19 @@ class KeyCache:
 
     async def _fetch(self, digest: str, secret: str) -> KeyRecord | None:
         try:
-            async with self._queries:
-                self.query_count += 1
-                record = await asyncio.to_thread(find_key, self.store, secret)
+            try:
+                async with self._queries:
+                    self.query_count += 1
+                    record = await asyncio.to_thread(find_key, self.store, secret)
+            except Exception:
+                hit = self._found.get(digest)
+                if hit is None or self._clock() - hit[0] >= self.stale_s:
+                    raise  # not verified within the window: the store's failure decides (fail closed)
+                self.stale_answers += 1
+                if self.stale_answers == 1 or self.stale_answers % 1000 == 0:
+                    log.warning("the key store cannot be read; keys verified within the last %gs are accepted "
+                                "from the cache (%d such answers so far)", self.stale_s, self.stale_answers)
+                return hit[1]
             at = self._clock()
             if record is None:
                 self._found.pop(digest, None)

@@ -162,6 +162,11 @@ class UsageLedger:
             self._written += len(batch)
         return True
 
+    def unwritten(self, key_id: str | None = None, *, all_keys: bool = False) -> int:
+        """Rows recorded in this process and not yet in the store: one key's (None: auth off), or every key's."""
+        with self._cond:
+            return sum(1 for row in self._pending if all_keys or row["key_id"] == key_id)
+
     def close(self, timeout: float = 10.0) -> None:
         """Write what is pending (waiting up to `timeout`), then stop the writer."""
         thread = self._thread

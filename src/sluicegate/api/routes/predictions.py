@@ -40,16 +40,21 @@ def _owner(ctx: RequestContext) -> str:
     return ctx.key_id or ""  # auth off: one shared owner
 
 
-async def _save(request: Request, ctx: RequestContext, record: Prediction) -> None:
+NOT_STORED = "not stored: the store failed after the prediction was made, so GET cannot return it; keep this answer"
+
+
+async def _save(request: Request, ctx: RequestContext, record: Prediction) -> Prediction:
+    """The record as answered: stored, or, when storing failed after the work, delivered all the same with a
+    warning (no retryable 503 after work: a retry would compute it again, and be charged again)."""
     store = store_of(request)
     try:
         await asyncio.to_thread(stored.save, store, id=record.id, key_id=_owner(ctx),
                                 created_at=dt.datetime.now(dt.UTC), model=record.model.ref,
                                 body=record.model_dump_json())
     except Exception:
-        log.exception("%s the prediction could not be stored", ctx.request_id)
-        raise ApiError("store_unavailable", "the prediction was made but could not be stored; retry",
-                       retry_after=1) from None
+        log.exception("%s the prediction was made but could not be stored; answered with a warning", ctx.request_id)
+        return record.model_copy(update={"warnings": [*record.warnings, NOT_STORED]})
+    return record
 
 
 @router.post(
@@ -61,9 +66,9 @@ async def _save(request: Request, ctx: RequestContext, record: Prediction) -> No
 async def create_prediction(request: Request) -> Response:
     ctx = context_of(request.scope)
 
-    async def keep(record: BaseModel) -> None:  # stored before it is answered: an id given can be fetched
+    async def keep(record: BaseModel) -> BaseModel:  # stored before it is answered: an id given can be fetched
         assert isinstance(record, Prediction)
-        await _save(request, ctx, record)
+        return await _save(request, ctx, record)
 
     return await serve(request, lambda: read_work(request, PredictionRequest), serving, keep=keep)
 

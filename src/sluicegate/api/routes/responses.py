@@ -86,13 +86,18 @@ class _Surface:
             self.conversation.save = lambda response, items: self._save(ctx, response, items)
         return await surface.prepare(model, req, ctx, self.conversation, admission)
 
-    async def _save(self, ctx: RequestContext, response: ResponseObject, items: list[dict[str, Any]]) -> None:
+    async def _save(self, ctx: RequestContext, response: ResponseObject, items: list[dict[str, Any]]) -> bool:
+        """Whether the response was stored. A failure comes after the work: the answer goes out all the same,
+        `store: false` (no retryable 503 after work: HAProxy and the SDKs would compute it again)."""
         try:
             await asyncio.to_thread(
                 stored.save, self.store, id=response.id, key_id=_owner(ctx), created_at=dt.datetime.now(dt.UTC),
                 model=response.model, body=response.model_dump_json(), items=json.dumps(items, ensure_ascii=False))
         except Exception:
-            raise _unavailable(ctx, "written") from None
+            log.exception("%s the response was made but could not be stored; answered with store: false",
+                          ctx.request_id)
+            return False
+        return True
 
     def stream(self, model: ServedModel, plan: surface.ResponsesPlan, ctx: RequestContext) -> Any:
         return surface.stream(model, plan, ctx, self.conversation)

@@ -18,6 +18,7 @@ from sluicegate.tenancy.keys import Scope
 router = APIRouter(tags=["usage"])
 log = logging.getLogger("sluicegate.usage")
 
+FLUSH_WAIT_S = 1.0  # the longest this answer waits for this process's finished requests to be written
 ERRORS = ("invalid_request", "authentication_required", "permission_denied", "store_unavailable")
 
 
@@ -40,18 +41,22 @@ async def usage(request: Request, tenancy: TenancyDep, key_id: str | None = None
         raise ApiError("permission_denied", "another key's usage needs the 'admin' scope", param="key_id",
                        code="missing_scope")
     ledger = tenancy.ledger
+    whose = ctx.key_id if key_id is None else key_id
     try:
-        await asyncio.to_thread(ledger.flush)  # this process's finished requests are in the answer
+        # this process's finished requests are in the answer; while the store takes no writes, the wait is
+        # short and the answer says how many are not in it yet
+        flushed = await asyncio.to_thread(ledger.flush, FLUSH_WAIT_S)
         if admin and key_id is None:
             days = await asyncio.to_thread(ledger.totals, all_keys=True)
         else:
-            days = await asyncio.to_thread(ledger.totals, ctx.key_id if key_id is None else key_id)
+            days = await asyncio.to_thread(ledger.totals, whose)
     except Exception:
         log.exception("%s the usage ledger could not be read", ctx.request_id)
         raise ApiError("store_unavailable", "usage cannot be read right now", retry_after=1) from None
+    unwritten = 0 if flushed else ledger.unwritten(whose, all_keys=admin and key_id is None)
     return json_reply(UsageList(data=[
         UsageDay(key_id=d.key_id, day=d.day, requests=d.requests, failed_requests=d.failed_requests,
                  prompt_tokens=d.prompt_tokens, cached_tokens=d.cached_tokens, generated_tokens=d.generated_tokens,
                  total_tokens=d.prompt_tokens + d.generated_tokens)
         for d in days
-    ]), ctx)
+    ], unwritten_requests=unwritten), ctx)
