@@ -30,10 +30,6 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(12)}"
 
 
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
 @dataclass(frozen=True, slots=True)
 class FileInfo:
     id: str
@@ -54,7 +50,7 @@ class FileStore:
         self.store = store
 
     def begin(self, key_id: str | None, purpose: str, filename: str, ttl_s: float | None) -> str:
-        now = utcnow()
+        now = self.store.now()
         file_id = new_id("file-")
         expires = None if ttl_s is None else now + dt.timedelta(seconds=ttl_s)
         with self.store.session() as s, s.begin():
@@ -86,7 +82,7 @@ class FileStore:
             row = s.get(BatchFile, file_id)
         if row is None or row.bytes == UPLOADING or row.key_id != key_id:
             return None
-        if row.expires_at is not None and row.expires_at <= utcnow():
+        if row.expires_at is not None and row.expires_at <= self.store.now():
             return None
         return FileInfo.of(row)
 
@@ -94,7 +90,7 @@ class FileStore:
              newest_first: bool) -> list[FileInfo]:
         f = BatchFile
         q = select(f).where(f.key_id.is_(None) if key_id is None else f.key_id == key_id, f.bytes >= 0)
-        q = q.where((f.expires_at.is_(None)) | (f.expires_at > utcnow()))
+        q = q.where((f.expires_at.is_(None)) | (f.expires_at > self.store.now()))
         if purpose is not None:
             q = q.where(f.purpose == purpose)
         with self.store.session() as s:
@@ -133,12 +129,11 @@ class FileStore:
             yield from split.feed(data)
         yield from split.end()
 
-    @staticmethod
-    def _stored_of(key_id: str | None) -> Select[int]:
+    def _stored_of(self, key_id: str | None) -> Select[int]:
         f = BatchFile
         return select(func.coalesce(func.sum(f.bytes), 0)).where(
             f.key_id.is_(None) if key_id is None else f.key_id == key_id, f.bytes >= 0,
-            (f.expires_at.is_(None)) | (f.expires_at > utcnow()))
+            (f.expires_at.is_(None)) | (f.expires_at > self.store.now()))
 
     def bytes_of_key(self, key_id: str | None) -> int:
         """Bytes of the key's files (uploads and outputs), expired ones excepted."""
@@ -148,7 +143,7 @@ class FileStore:
     def prune(self) -> int:
         """Delete expired files, and uploads abandoned mid-way (over a day old); returns how many."""
         f = BatchFile
-        now = utcnow()
+        now = self.store.now()
         with self.store.session() as s:
             ids = s.execute(select(f.id).where(
                 (f.expires_at <= now) | ((f.bytes == UPLOADING) & (f.created_at < now - dt.timedelta(days=1)))

@@ -22,7 +22,6 @@ from typing import Any
 from sqlalchemy import select, update
 
 from sluicegate.jobs import states as S
-from sluicegate.jobs.files import utcnow
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchItem
 from sluicegate.store.notify import JOBS, announce
@@ -43,7 +42,7 @@ class Leases:
         self.store = store
 
     def lease(self, owner: str, n: int, lease_s: float) -> list[Lease]:
-        now = utcnow()
+        now = self.store.now()
         i = BatchItem
         sub = select(i.id).where((i.state == S.PENDING) | ((i.state == S.LEASED) & (i.lease_until < now)))
         sub = sub.order_by(i.line, i.id).limit(n)  # round robin across jobs: each job's next line in turn
@@ -63,7 +62,7 @@ class Leases:
         with self.store.session() as s, s.begin():
             s.execute(update(BatchItem).where(BatchItem.id.in_(ids), BatchItem.owner == owner,
                                               BatchItem.state == S.LEASED)
-                      .values(lease_until=utcnow() + dt.timedelta(seconds=lease_s)))
+                      .values(lease_until=self.store.now() + dt.timedelta(seconds=lease_s)))
 
     def release(self, owner: str) -> int:
         """Hand every lease of `owner` back (pending again, at once): a replica shutting down."""
@@ -89,6 +88,6 @@ class Leases:
                 BatchItem.id == item_id, BatchItem.owner == owner, BatchItem.state == S.LEASED).values(
                 state=state, owner=None, lease_until=None, status_code=status_code,
                 result=None if result is None else json.dumps(result), prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens, finished_at=utcnow(), finished_by=owner,
+                completion_tokens=completion_tokens, finished_at=self.store.now(), finished_by=owner,
                 result_writes=BatchItem.result_writes + 1))
         return bool(res.rowcount)  # type: ignore[attr-defined]

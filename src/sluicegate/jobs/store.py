@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import delete, exists, func, insert, select, update
 
 from sluicegate.jobs import states as S
-from sluicegate.jobs.files import new_id, utcnow
+from sluicegate.jobs.files import new_id
 from sluicegate.jobs.leases import Leases
 from sluicegate.store.db import Store, UnknownCursor
 from sluicegate.store.keylock import lock_key
@@ -68,7 +68,7 @@ class JobStore:
         unfinished jobs: inserted, counted and kept or rolled back under the key's lock (store/keylock.py),
         so concurrent creates on any replica never pass the limit together."""
         job_id = new_id("batch_")
-        now = utcnow()
+        now = self.store.now()
         with self.store.session() as s, s.begin():
             lock_key(s, "batch_jobs", key_id)
             s.execute(insert(BatchJob).values(
@@ -98,7 +98,7 @@ class JobStore:
         it was validating keeps its status, and its items are cancelled instead. With `max_tokens`, OverLimit
         (nothing changed) unless the key's unfinished jobs then estimate at most that many tokens, checked under
         the key's lock as `create` checks the job count."""
-        now = utcnow()
+        now = self.store.now()
         with self.store.session() as s, s.begin():
             lock_key(s, "batch_jobs", key_id)
             res = s.execute(update(BatchJob).where(BatchJob.id == job_id, BatchJob.status == S.VALIDATING).values(
@@ -124,7 +124,7 @@ class JobStore:
         with self.store.session() as s, s.begin():
             s.execute(delete(BatchItem).where(BatchItem.job_id == job_id))
             s.execute(update(BatchJob).where(BatchJob.id == job_id).values(
-                status=S.FAILED, failed_at=utcnow(), errors=json.dumps({"object": "list", "data": errors})))
+                status=S.FAILED, failed_at=self.store.now(), errors=json.dumps({"object": "list", "data": errors})))
 
     def discard(self, job_id: str) -> None:
         """A job refused while it was being read (a per-key limit): as if it had never been."""
@@ -182,7 +182,7 @@ class JobStore:
         """Cancelling: pending items never start; leased ones end as their workers see it. False: the job
         was already finished (or failed validation). `reason`: (code, message) kept as the job's `errors` when
         the server cancels it (its key was revoked or expired), not its owner."""
-        now = utcnow()
+        now = self.store.now()
         errors = None if reason is None else json.dumps({"object": "list", "data": [
             {"code": reason[0], "message": reason[1], "line": None, "param": None}]})
         with self.store.session() as s, s.begin():
@@ -199,7 +199,7 @@ class JobStore:
         """{job id: `revoked` or `expired`} for unfinished jobs (of `job_ids`, else all) whose API key can no
         longer be used: their work stops (docs/jobs.md, "Revoked keys")."""
         j, k = BatchJob, ApiKey
-        now = utcnow()
+        now = self.store.now()
         q = (select(j.id, k.revoked_at).join(k, k.id == j.key_id)
              .where(j.status.in_((S.VALIDATING, S.IN_PROGRESS, S.CANCELLING)),
                     k.revoked_at.is_not(None) | (k.expires_at.is_not(None) & (k.expires_at <= now))))
@@ -210,7 +210,7 @@ class JobStore:
 
     def expire_due(self) -> None:
         """Jobs past their window: their pending items expire (leased ones finish), then they finalize."""
-        now = utcnow()
+        now = self.store.now()
         with self.store.session() as s, s.begin():
             ids = s.execute(select(BatchJob.id).where(BatchJob.status == S.IN_PROGRESS,
                                                       BatchJob.expires_at <= now)).scalars().all()
@@ -222,7 +222,7 @@ class JobStore:
         """Jobs `validating` for longer than `timeout_s` (the process reading their input died, or it hangs):
         failed with `validation_timeout`, their held items deleted, so they hold no slot of the key's limits."""
         j = BatchJob
-        cutoff = utcnow() - dt.timedelta(seconds=timeout_s)
+        cutoff = self.store.now() - dt.timedelta(seconds=timeout_s)
         errors = json.dumps({"object": "list", "data": [{
             "code": "validation_timeout", "line": None, "param": None,
             "message": f"The input was not validated within {timeout_s:g} seconds; create the batch again."}]})
@@ -231,14 +231,14 @@ class JobStore:
                                  .limit(100)).scalars().all())
             if ids:
                 s.execute(update(j).where(j.id.in_(ids), j.status == S.VALIDATING).values(
-                    status=S.FAILED, failed_at=utcnow(), errors=errors))
+                    status=S.FAILED, failed_at=self.store.now(), errors=errors))
                 s.execute(delete(BatchItem).where(BatchItem.job_id.in_(ids), BatchItem.state == S.HELD))
         return ids
 
     def ready_to_finalize(self, stale_s: float) -> list[str]:
         """Jobs with no open item left, and jobs a dead process left half-finalized."""
         j, i = BatchJob, BatchItem
-        stale = utcnow() - dt.timedelta(seconds=stale_s)
+        stale = self.store.now() - dt.timedelta(seconds=stale_s)
         no_open = ~exists().where(i.job_id == j.id, i.state.in_(S.OPEN_ITEMS))
         q = select(j.id).where(((j.status.in_((S.IN_PROGRESS, S.CANCELLING))) & no_open)
                                | ((j.status == S.FINALIZING) & (j.finalizing_at < stale)))
@@ -248,7 +248,7 @@ class JobStore:
     def claim_finalize(self, job_id: str, stale_s: float) -> BatchJob | None:
         """Move the job to finalizing (or re-claim a stale one); None if another process has it."""
         j, i = BatchJob, BatchItem
-        now = utcnow()
+        now = self.store.now()
         no_open = ~exists().where(i.job_id == j.id, i.state.in_(S.OPEN_ITEMS))
         cond = (((j.status.in_((S.IN_PROGRESS, S.CANCELLING))) & no_open)
                 | ((j.status == S.FINALIZING) & (j.finalizing_at < now - dt.timedelta(seconds=stale_s))))
@@ -269,7 +269,7 @@ class JobStore:
     def renew_finalize(self, job_id: str, claim: dt.datetime) -> dt.datetime | None:
         """Keep a finalize claim fresh while the output is rendered (so no other process takes it as stale):
         the claim's new stamp, or None when it is no longer the caller's."""
-        fresh = max(utcnow(), claim + dt.timedelta(microseconds=1))
+        fresh = max(self.store.now(), claim + dt.timedelta(microseconds=1))
         j = BatchJob
         with self.store.session() as s, s.begin():
             res = s.execute(update(j).where(j.id == job_id, j.status == S.FINALIZING, j.finalizing_at == claim)
@@ -287,5 +287,5 @@ class JobStore:
         with self.store.session() as s, s.begin():
             res = s.execute(update(j).where(j.id == job.id, j.status == S.FINALIZING, j.finalizing_at == claim)
                             .values(status=final, output_file_id=output_file_id, error_file_id=error_file_id,
-                                    **{stamp: utcnow()}))
+                                    **{stamp: self.store.now()}))
         return bool(res.rowcount)  # type: ignore[attr-defined]

@@ -6,13 +6,17 @@ the hot path (authenticating a request) reads an in-process cache instead (tenan
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -130,12 +134,34 @@ def make_engine(url: str | URL, *, relaxed: bool = False) -> Engine:
     return engine
 
 
+CLOCK_REFRESH_S = 30.0  # how often `Store.now` measures the database's clock again
+
+
+@dataclass(slots=True)
+class Clock:
+    """This machine's clock (`local`, Unix seconds) and its offset to the database's."""
+
+    local: Callable[[], float] = time.time
+    offset_s: float = 0.0  # the database's clock minus this machine's
+    measured_at: float = -1e18  # monotonic
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 @dataclass(slots=True)
 class Store:
-    """An open store: the engine, a session factory, and the URL it was opened with."""
+    """An open store: the engine, a session factory, and the URL it was opened with.
+
+    `now()` is the time on the database's clock: leases, claims and their expiry compare times written by
+    every replica, so they must all read one clock, not each its own (a replica 45 s ahead took others'
+    leases). On Postgres it is this machine's clock corrected by the offset to the server's
+    (`clock_timestamp()`, measured every `CLOCK_REFRESH_S` from the middle of the round trip, so within half
+    a round trip); a SQLite file lives on this machine, whose clock it is. Hand-written rather than `now()` in
+    each statement: SQLite has no interval arithmetic, and one offset serves every statement of both.
+    """
 
     engine: Engine
     sessions: sessionmaker[Session]
+    clock: Clock = field(default_factory=Clock)
 
     @classmethod
     def open(cls, url: str | URL) -> Store:
@@ -153,6 +179,30 @@ class Store:
     def session(self) -> Session:
         return self.sessions()
 
+    def now(self) -> dt.datetime:
+        """UTC now, on the database's clock (the class doc). A measurement that fails keeps the last offset:
+        the statement that follows fails the same way, and says so."""
+        c = self.clock
+        local = dt.datetime.fromtimestamp(c.local(), dt.UTC)
+        if self.is_sqlite:
+            return local
+        if time.monotonic() - c.measured_at >= CLOCK_REFRESH_S and c.lock.acquire(blocking=False):
+            try:
+                c.offset_s = self._measure_offset()
+                c.measured_at = time.monotonic()
+            except SQLAlchemyError:
+                pass
+            finally:
+                c.lock.release()
+        return local + dt.timedelta(seconds=c.offset_s)
+
+    def _measure_offset(self) -> float:
+        with self.engine.connect() as conn:
+            before = self.clock.local()
+            theirs = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+            after = self.clock.local()
+        return float(theirs.timestamp() - (before + after) / 2)
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -166,5 +216,5 @@ def in_memory() -> Store:
     return store
 
 
-__all__ = ["DB_FILE", "Store", "default_url", "display_url", "in_memory", "is_sqlite", "make_engine",
+__all__ = ["DB_FILE", "Clock", "Store", "default_url", "display_url", "in_memory", "is_sqlite", "make_engine",
            "resolve_url", "sqlite_relaxed_setup"]

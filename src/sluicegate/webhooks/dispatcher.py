@@ -176,6 +176,11 @@ class Webhooks:
                       type(exc).__name__)
         self._wake.set()
 
+    async def _record(self, c: db.Claimed, **outcome: Any) -> None:
+        if not await asyncio.to_thread(db.record_attempt, self.store, c, **outcome):
+            log.warning("webhook delivery %d: this sender's lease ran out and another took it over; this attempt's "
+                        "outcome is not recorded", c.id)
+
     async def _attempt(self, client: httpx.AsyncClient, c: db.Claimed, deadline: float) -> None:
         """Send one delivery: everything (resolve, connect, send, status and headers, a few KiB of the body)
         within `deadline`; the status decides. The body is read up to READ_BYTES (so a short answer leaves
@@ -214,11 +219,11 @@ class Webhooks:
             error = "internal error; the server log has the detail"
         ms = (time.perf_counter() - t0) * 1e3
         if code is not None and 200 <= code < 300:
-            await asyncio.to_thread(db.record_attempt, self.store, c, status=db.DELIVERED, status_code=code,
+            await self._record(c, status=db.DELIVERED, status_code=code,
                                     error=None, duration_ms=ms, retry_at=None)
             return
         if code == 410:
-            await asyncio.to_thread(db.record_attempt, self.store, c, status=db.FAILED, status_code=code,
+            await self._record(c, status=db.FAILED, status_code=code,
                                     error="the receiver answered 410 Gone: endpoint disabled", duration_ms=ms,
                                     retry_at=None, disable="the receiver answered 410 Gone")
             return
@@ -226,11 +231,11 @@ class Webhooks:
             error = f"the receiver answered {code}" + (" (redirects are not followed)" if code and code < 400 else "")
         attempts = c.attempts + 1
         if attempts >= self.config.max_attempts:
-            await asyncio.to_thread(db.record_attempt, self.store, c, status=db.FAILED, status_code=code,
+            await self._record(c, status=db.FAILED, status_code=code,
                                     error=error, duration_ms=ms, retry_at=None)
             return
         wait_s = backoff_s(attempts, self.config)
         retry = db.now() + dt.timedelta(seconds=wait_s)
         self._retry_due = min(self._retry_due, time.monotonic() + wait_s + DUE_SLACK_S)  # looks again by then
-        await asyncio.to_thread(db.record_attempt, self.store, c, status=db.PENDING, status_code=code, error=error,
+        await self._record(c, status=db.PENDING, status_code=code, error=error,
                                 duration_ms=ms, retry_at=retry)

@@ -2,7 +2,11 @@
 
 Every read and change of an endpoint names its API key: another key's endpoint is not found. Deliveries are
 claimed for sending with a compare-and-set on `next_attempt_at` (pushed out by a lease), so replicas sharing a
-database never send one attempt twice; a sender that dies leaves the row due again when the lease ends.
+database never send one attempt twice; a sender that dies leaves the row due again when the lease ends. The
+attempt's outcome is written with the same compare-and-set (`record_attempt`: the row must still hold this
+sender's lease), so a sender frozen past its lease and resumed writes nothing over the delivery another sender
+took over: a delivered attempt is never turned back to pending, nor its log entry erased. Every time here is
+the database's clock (`Store.now`), not each replica's.
 
 A revoked or expired key's deliveries are never sent: the claim reads each due delivery's key with it, and
 fails those of a key that can no longer be used (`last_error` says why) instead of claiming them, so nothing
@@ -111,7 +115,7 @@ def enqueue(store: Store, key_id: str, event_type: str, event_id: str, body: str
         todo = sorted(ep for ep, types in eps if event_type in types.split() and ep not in have)
         if not todo:
             return 0
-        t = now()
+        t = store.now()
         try:
             with store.session() as s, s.begin():
                 s.add_all(WebhookDelivery(
@@ -135,6 +139,7 @@ class Claimed:
     url: str
     secret: str
     log: list[dict[str, Any]]
+    lease_until: dt.datetime | None = None  # the row's `next_attempt_at` while this sender holds it
 
 
 def claim_due(store: Store, limit: int, lease_s: float, *, per_endpoint: int = 1 << 30,
@@ -144,7 +149,7 @@ def claim_due(store: Store, limit: int, lease_s: float, *, per_endpoint: int = 1
     flight). Endpoints already full are left out of the query, so one endpoint's backlog never hides another's."""
     busy = dict(busy or {})
     full = sorted(ep for ep, n in busy.items() if n >= per_endpoint)
-    t = now()
+    t = store.now()
     out: list[Claimed] = []
     stopped = ApiKey.revoked_at.is_not(None) | (ApiKey.expires_at.is_not(None) & (ApiKey.expires_at <= t))
     q = (select(WebhookDelivery, WebhookEndpoint.url, WebhookEndpoint.secret, stopped)
@@ -165,22 +170,25 @@ def claim_due(store: Store, limit: int, lease_s: float, *, per_endpoint: int = 1
             continue
         if busy.get(d.endpoint_id, 0) >= per_endpoint:
             continue
+        lease_until = t + dt.timedelta(seconds=lease_s)
         with store.session() as s, s.begin():
             got = _changed(s.execute(update(WebhookDelivery).where(
                 WebhookDelivery.id == d.id, WebhookDelivery.status == PENDING,
                 WebhookDelivery.next_attempt_at == d.next_attempt_at,
-            ).values(next_attempt_at=t + dt.timedelta(seconds=lease_s))))
+            ).values(next_attempt_at=lease_until)))
         if got:
             busy[d.endpoint_id] = busy.get(d.endpoint_id, 0) + 1
-            out.append(Claimed(d.id, d.endpoint_id, d.event_id, d.body, d.attempts, url, secret, json.loads(d.log)))
+            out.append(Claimed(d.id, d.endpoint_id, d.event_id, d.body, d.attempts, url, secret, json.loads(d.log),
+                               lease_until))
     return out
 
 
 def record_attempt(store: Store, c: Claimed, *, status: str, status_code: int | None, error: str | None,
-                   duration_ms: float, retry_at: dt.datetime | None, disable: str | None = None) -> None:
+                   duration_ms: float, retry_at: dt.datetime | None, disable: str | None = None) -> bool:
     """One attempt's outcome: delivered, failed for good, or pending again until `retry_at`. `disable`: also
-    disable the endpoint for this reason and fail what it still had queued (in the same transaction)."""
-    t = now()
+    disable the endpoint for this reason and fail what it still had queued (in the same transaction). Written
+    only while the row still holds this sender's lease; False: it did not (nothing written)."""
+    t = store.now()
     entry = {"at": t.isoformat(timespec="milliseconds").replace("+00:00", "Z"), "status_code": status_code,
              "error": error, "duration_ms": round(duration_ms, 1)}
     values: dict[str, Any] = {
@@ -190,13 +198,18 @@ def record_attempt(store: Store, c: Claimed, *, status: str, status_code: int | 
     if status == DELIVERED:
         values["delivered_at"] = t
     with store.session() as s, s.begin():
-        s.execute(update(WebhookDelivery).where(WebhookDelivery.id == c.id).values(**values))
+        held = update(WebhookDelivery).where(WebhookDelivery.id == c.id, WebhookDelivery.status == PENDING)
+        if c.lease_until is not None:
+            held = held.where(WebhookDelivery.next_attempt_at == c.lease_until)
+        if not _changed(s.execute(held.values(**values))):
+            return False  # the lease ran out and another sender has the delivery: its word stands
         if retry_at is not None and status == PENDING:  # whichever replica is idle then sends it
             announce(s, WEBHOOKS, f"{retry_at.timestamp():.3f}")
         if disable is not None:
             s.execute(update(WebhookEndpoint).where(WebhookEndpoint.id == c.endpoint_id).values(
                 disabled_at=t, disabled_reason=disable))
             _fail_pending(s, c.endpoint_id, "the endpoint was disabled")
+    return True
 
 
 def deliveries(store: Store, key_id: str, *, endpoint_id: str | None = None, subject: str | None = None,
