@@ -93,3 +93,29 @@ def test_a_retry_announced_by_another_replica_is_looked_for_when_due() -> None:
 
     woke, later, kept = asyncio.run(main())
     assert woke and 25 < later <= 30.1 and kept
+
+
+def test_the_reconnect_backoff_starts_afresh_after_a_good_connection(pg: Store) -> None:
+    """Three failed connects back off 0.5, 1, 2 s; a connection that listened and then dropped starts again at
+    0.5 s, not where the last outage left off (it never reset)."""
+    from tests.store_faults import refusing
+
+    class Fast(Listener):
+        async def _sleep(self, seconds: float) -> None:
+            await asyncio.sleep(0.01)
+
+    async def main() -> tuple[list[float], list[float]]:
+        listener = Fast(pg.url, {JOBS: lambda _p: None})
+        with refusing(pg.url.render_as_string(hide_password=False)):
+            listener.start()
+            await asyncio.to_thread(wait_for, lambda: len(listener.waits) >= 3, message="three failed connects")
+        await asyncio.to_thread(wait_for, listener.listening.is_set, message="listening again")
+        first = list(listener.waits)
+        with refusing(pg.url.render_as_string(hide_password=False)):  # ends the listening connection too
+            await asyncio.to_thread(wait_for, lambda: len(listener.waits) > len(first), message="the next wait")
+        await listener.close()
+        return first, listener.waits[len(first):]
+
+    first, second = asyncio.run(main())
+    assert first[:3] == [0.5, 1.0, 2.0]
+    assert second[0] == 0.5, (first, second)

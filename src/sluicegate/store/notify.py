@@ -49,6 +49,7 @@ class Listener:
         self._handlers = dict(handlers)
         self._task: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()  # set while LISTEN is in force (tests wait on it)
+        self.waits: list[float] = []  # the back-offs slept so far (the last few; tests read them)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -66,14 +67,18 @@ class Listener:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database went away: listen again when it is back
+                if self.listening.is_set():  # it had been listening: a new outage starts the back-off afresh
+                    backoff = BACKOFF_S[0]
                 self.listening.clear()
                 log.warning("listening for other replicas' work failed (%s); polling meanwhile, retrying in "
                             "%.1f s", type(exc).__name__, backoff)
                 missed = True
-                await asyncio.sleep(backoff)
+                self.waits = [*self.waits[-63:], backoff]
+                await self._sleep(backoff)
                 backoff = min(BACKOFF_S[1], backoff * 2)
-            else:
-                backoff = BACKOFF_S[0]
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     async def _listen(self, missed: bool) -> None:
         import psycopg
