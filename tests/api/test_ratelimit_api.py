@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -101,13 +102,24 @@ def test_a_stream_carries_the_headers_at_its_start_and_settles_at_its_end(db_url
         assert int(after.headers["x-ratelimit-remaining-tokens"]) == 1000 - actual  # unused tokens went back
 
 
-def test_redis_down_fails_closed_with_503(db_url: str) -> None:
+def test_redis_down_fails_closed_with_503(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     dead = RateLimitConfig(redis_url="redis://127.0.0.1:1/0", connect_timeout_s=0.05, op_timeout_s=0.2)
     with served(db_url, Config(ratelimit=dead)) as s:
         secret = limited_key(s)
+        calls: list[str] = []
+        limiter = s.srv.state.tenancy.limiter
+        for name in ("reserve", "peek", "settle"):
+            real = getattr(limiter, name)
+
+            async def counted(*a: object, _real: Any = real, _name: str = name, **kw: object) -> Any:
+                calls.append(_name)
+                return await _real(*a, **kw)
+
+            monkeypatch.setattr(limiter, name, counted)
         r = httpx.post(s.url + "/v1/generate", json=GEN, headers=auth(secret), timeout=30)
         assert r.status_code == 503 and r.json()["error"]["type"] == "rate_limiter_unavailable"
         assert "retry-after" in r.headers
+        assert calls == ["reserve"]  # one bounded wait a refused request: no peek for the headers after it
     with served(db_url, Config(ratelimit=RateLimitConfig(redis_url=dead.redis_url, connect_timeout_s=0.05,
                                                          op_timeout_s=0.2, fail_open=True))) as s:
         secret = limited_key(s)

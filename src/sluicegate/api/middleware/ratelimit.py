@@ -74,6 +74,8 @@ class KeyAdmission:
         self.decision: Decision | None = None
         self.remote = limiter.remote and limit is not None
         self._given_back: BucketState | None = None  # the bucket once a reservation was given back (`cancel`)
+        self._limiter_down = False  # the limiter failed this request: no second call to it (a hung Redis costs
+        # one bounded wait a request, as docs/ratelimits.md says, not two)
 
     async def reserve(self, cost: int, param: str | None = None) -> None:
         if self._budgets is not None and self._budget is not None:
@@ -86,6 +88,7 @@ class KeyAdmission:
         try:
             decision = await self._limiter.reserve(self._key, cost, self._limit)
         except RateLimiterUnavailable:
+            self._limiter_down = True
             self._give_back_budget(0)
             raise unavailable_error() from None
         self.decision = decision
@@ -113,7 +116,7 @@ class KeyAdmission:
         self.decision = None
 
     async def headers(self) -> dict[str, str]:
-        if self._limit is None:
+        if self._limit is None or self._limiter_down:
             return {}
         if self.decision is not None:
             return rate_limit_headers(self.decision)
