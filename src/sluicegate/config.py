@@ -95,9 +95,14 @@ class IdempotencyConfig:
     """Idempotency-Key on the POST routes that create work (docs/idempotency.md)."""
 
     ttl_hours: float = 24.0  # how long a key's answer is kept and replayed (`--idempotency-ttl-hours`)
-    lease_s: float = 60.0  # a running claim, renewed every third of this; a dead process's keys free up after it
+    # a running claim, renewed every third of this: a dead process's keys free up after it (a short lease, so a
+    # retry after a crash takes the work over within seconds: docs/idempotency.md, "A replica that dies")
+    lease_s: float = 10.0
     prune_every_s: float = 600.0  # how often each process deletes expired keys (a claim replaces one it meets)
     retry_after_s: int = 1  # Retry-After on 409 idempotency_key_in_use (the first request is still running)
+    # a request meeting its key in use waits this long (at most; within its deadline) for the holder to answer
+    # (a replay) or to die (its lease runs out, and the work is taken over), before 409
+    in_use_wait_s: float = 25.0
 
 
 @dataclass(frozen=True, slots=True)

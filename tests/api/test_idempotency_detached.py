@@ -21,12 +21,16 @@ import pytest
 from prometheus_client import REGISTRY
 
 from sluicegate.backends.base import BatchItem, Logits
+from sluicegate.config import Config, IdempotencyConfig
 from sluicegate.tenancy.keys import Scope, create_key
 from sluicegate.testing.wait import wait_for
 from tests.api.auth_helpers import Served, auth, served, status
 from tests.api.threaded_server import SlowRunner
 
 NEW_TOKENS = 40
+# a request meeting its key in use waits for the holder before 409 (api/idempotency.py); here the holder is held
+# on purpose, so the wait is short: these tests are about what comes after it
+QUICK_409 = Config(idempotency=IdempotencyConfig(in_use_wait_s=0.3))
 
 
 class GatedRunner(SlowRunner):
@@ -97,7 +101,7 @@ def test_the_same_key_while_the_first_runs_is_409(db_url: str, path: str) -> Non
     body: dict[str, Any] = ({"prompt": "Hello", "max_new_tokens": NEW_TOKENS} if path == "/v1/generate" else
                             {"model": "reference", "messages": [{"role": "user", "content": "Hi"}],
                              "max_tokens": NEW_TOKENS})
-    with served(db_url, runner=gated_runner) as s:
+    with served(db_url, QUICK_409, runner=gated_runner) as s:
         got: list[httpx.Response] = []
         with held(s) as runner:
             first = threading.Thread(target=lambda: got.append(
@@ -122,7 +126,7 @@ def test_the_same_key_while_the_first_runs_is_409(db_url: str, path: str) -> Non
 
 def test_a_retry_after_a_client_timeout_mid_generation_generates_once(db_url: str) -> None:
     body = {"prompt": "Hello there", "max_new_tokens": NEW_TOKENS, "temperature": 0}
-    with served(db_url, runner=gated_runner) as s:
+    with served(db_url, QUICK_409, runner=gated_runner) as s:
         secret = limited(s)
         headers = {**auth(secret), "Idempotency-Key": "timed-out"}
         with held(s) as runner:
@@ -150,7 +154,7 @@ def test_a_stream_the_client_left_runs_on_and_is_replayed_whole(db_url: str, pat
     body: dict[str, Any] = {"model": "reference", "max_tokens": NEW_TOKENS, "stream": True, "temperature": 0,
                             "stream_options": {"include_usage": True}}
     body |= {"messages": [{"role": "user", "content": "Hi"}]} if "chat" in path else {"prompt": "Hi"}
-    with served(db_url, runner=gated_runner) as s:
+    with served(db_url, QUICK_409, runner=gated_runner) as s:
         headers = {"Idempotency-Key": "left"}
         seen = b""
         with held(s) as runner:
@@ -172,7 +176,7 @@ def test_a_stream_the_client_left_runs_on_and_is_replayed_whole(db_url: str, pat
 def test_the_openai_client_retries_the_409_until_the_stored_answer(db_url: str) -> None:
     messages: Any = [{"role": "user", "content": "Hi"}]
     key = {"Idempotency-Key": "sdk-1"}
-    with served(db_url, runner=gated_runner) as s:
+    with served(db_url, QUICK_409, runner=gated_runner) as s:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=20, timeout=60)
         firsts: list[Any] = []
         retried: list[Any] = []

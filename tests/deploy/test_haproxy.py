@@ -124,3 +124,32 @@ def test_a_store_that_takes_no_writes_costs_one_generation_per_call(cluster: Clu
     wait_for(lambda: len(posts()) >= before + 4, message="the four access lines")
     assert Counter(posts()) - old == Counter({("/v1/responses", 200): 3,
                                                                    ("/v1/predictions", 200): 1})
+
+
+def test_an_idempotent_request_whose_replica_is_killed_is_answered_not_409(tmp_path: Path) -> None:
+    """kill -9 of the replica running an Idempotency-Key request: HAProxy retries on the empty response, the
+    replica it reaches waits for the dead claim's lease to run out, takes the work over and answers; a retry
+    of the same key then replays that answer. (It ended in 409s: the dead replica's claim was held 60 s.)"""
+    body = {"prompt": "Hello", "max_new_tokens": 120, "temperature": 0}
+    key = {"Idempotency-Key": "crash-1"}
+    with postgres_database() as url, Cluster(tmp_path, url_string(url), None,
+                                             args=["--step-delay-ms", "40", "--eos-slope", "0"]) as c:
+        got: list[httpx.Response] = []
+        sender = threading.Thread(target=lambda: got.append(httpx.post(f"{c.url}/v1/generate", json=body, headers=key,
+                                                                       verify=c.tls, timeout=120)))
+        sender.start()
+
+        def running_on() -> list[int]:
+            return [r.index for r in c.replicas
+                    if any(line.startswith("sluicegate_running{") and not line.endswith(" 0.0")
+                           for line in httpx.get(f"{r.url}/metrics", timeout=10).text.splitlines())]
+
+        (victim,) = wait_for(running_on, message="the request to be running on a replica")
+        c.kill9(victim)
+        sender.join(120)
+        (answer,) = got
+        assert answer.status_code == 200, answer.text
+        assert len(answer.json()["token_ids"]) == 120
+        again = httpx.post(f"{c.url}/v1/generate", json=body, headers=key, verify=c.tls, timeout=60)
+        assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+        assert again.json()["token_ids"] == answer.json()["token_ids"]

@@ -30,6 +30,12 @@ The work lifecycle (api/work.py) does this for every work route.
   429) never claim it or release it; answers the client is told to retry (429, 503, 504) release it too.
   Everything else the work answered, 500 included (as Stripe does), is stored and replayed with
   `Idempotent-Replayed: true`.
+- A request that meets its key in use waits for the holder (at most `in_use_wait_s`, 25 s, within its own
+  deadline), looking again every quarter of a second and more rarely later: the holder's answer is replayed as
+  soon as it is stored, and a holder that died (killed mid-request: its claim's lease, renewed every third of
+  `lease_s` while it lives, runs out within `lease_s`, 10 s) is taken over and the work runs once, here. Only a
+  holder still alive after the wait gets 409 `idempotency_key_in_use`. So a retry after a crash (HAProxy's on
+  an empty response, or the SDK's) ends with the answer, not 409s (docs/idempotency.md).
 - The work runs detached from its client (api/detached.py): a client that leaves does not cancel it.
 - A replay costs no tokens: the reservation made beside its claim is given back before its answer, and the
   ledger records it with zero tokens.
@@ -60,7 +66,7 @@ from sluicegate.refusal import Rejected
 from sluicegate.serving.admission import Gate
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
-from sluicegate.tenancy.idempotency import IdempotencyStore, Outcome, StoredAnswer
+from sluicegate.tenancy.idempotency import Claim, IdempotencyStore, Outcome, StoredAnswer
 
 log = logging.getLogger("sluicegate.idempotency")
 
@@ -157,16 +163,11 @@ class Held:
 
     async def claim(self) -> None:
         """The gate: claim the key for this request, or raise why it does not run."""
-        idem, scope, key, route, fp = self._idem, self._scope, self._key, self._route, self._fingerprint
         t = time.perf_counter()
         try:
-            claim = await idem.claim_here(scope, key, route, fp)  # on the loop where it need not block it
-            if claim is None:
-                claim = await asyncio.to_thread(idem.claim, scope, key, route, fp)
-        except Exception:
-            log.exception("%s the idempotency keys could not be read", self._ctx.request_id)
-            raise ApiError("store_unavailable", "idempotency keys cannot be checked right now",
-                           retry_after=1) from None
+            claim = await self._claim_once()
+            if claim.outcome is Outcome.IN_USE:
+                claim = await self._wait_for_holder()
         finally:
             self._ctx.record.stage("idempotency", t)
         if claim.outcome is Outcome.CLAIMED:
@@ -181,6 +182,35 @@ class Held:
                            retry_after=self._tenancy.config.idempotency.retry_after_s)
         raise ApiError("idempotency_key_reused", f"this {PARAM} was used for a different request (another body "
                        "or route); send a new key with a new request", param=PARAM)
+
+    async def _claim_once(self) -> Claim:
+        idem, scope, key, route, fp = self._idem, self._scope, self._key, self._route, self._fingerprint
+        try:
+            claim = await idem.claim_here(scope, key, route, fp)  # on the loop where it need not block it
+            if claim is None:
+                claim = await asyncio.to_thread(idem.claim, scope, key, route, fp)
+        except Exception:
+            log.exception("%s the idempotency keys could not be read", self._ctx.request_id)
+            raise ApiError("store_unavailable", "idempotency keys cannot be checked right now",
+                           retry_after=1) from None
+        return claim
+
+    async def _wait_for_holder(self) -> Claim:
+        """The key is in use: look again until its holder answered (a replay), died (its lease ran out: the claim
+        is taken over) or the wait is over (still in use), within `in_use_wait_s` and the request's deadline."""
+        wait_s = self._tenancy.config.idempotency.in_use_wait_s
+        if self._ctx.deadline is not None:
+            wait_s = min(wait_s, self._ctx.deadline - time.monotonic() - 1.0)
+        end = time.monotonic() + wait_s
+        pause = 0.25
+        claim = Claim(Outcome.IN_USE)
+        while (left := end - time.monotonic()) > 0:
+            await asyncio.sleep(min(pause, left))
+            claim = await self._claim_once()
+            if claim.outcome is not Outcome.IN_USE:
+                break
+            pause = min(pause * 1.5, 1.0)
+        return claim
 
     async def answer(self, receive: Receive, finish: Coroutine[Any, Any, Response], render: Render) -> Response:
         """A whole answer (a refusal from `finish` rendered by `render`), made even if the client leaves."""

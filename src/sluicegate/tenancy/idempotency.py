@@ -31,8 +31,8 @@ COMMIT around it): the insert is the claim, and every later change is conditiona
 only means a retry runs the work again, as it would have without a key; docs/benchmarks.md has what the
 fsync would cost.
 
-Timestamps come from each process's clock: replicas whose clocks differ by seconds shift a 60 s lease or a
-24 h expiry by as much, which changes nothing a client can rely on.
+Timestamps are the database's clock (`Store.now`, unless a clock is given), so replicas whose own clocks
+differ agree on when a lease has run out.
 """
 
 from __future__ import annotations
@@ -121,10 +121,6 @@ def _utc(value: dt.datetime) -> dt.datetime:
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
 TABLE = cast(Table, IdempotencyRecord.__table__)
 C = TABLE.c
 _THIS = (C.scope == bindparam("b_scope"), C.key == bindparam("b_key"))  # "b_": SET takes the column names
@@ -163,7 +159,7 @@ class IdempotencyStore:
     than running it (docs/benchmarks.md, "Tenancy cost per request")."""
 
     def __init__(self, store: Store, *, ttl_s: float = 86_400.0, lease_s: float = 60.0,
-                 clock: Callable[[], dt.datetime] = _now) -> None:
+                 clock: Callable[[], dt.datetime] | None = None) -> None:
         if ttl_s <= 0 or lease_s <= 0:
             raise ValueError("the TTL and the lease must be positive")
         self.store = store
@@ -188,7 +184,7 @@ class IdempotencyStore:
                 self._pg = PgClaims(url, self._engine.dialect, claim_statements)
         self.ttl = dt.timedelta(seconds=ttl_s)
         self.lease = dt.timedelta(seconds=lease_s)
-        self._clock = clock
+        self._clock = clock or store.now
         self._held: dict[str, tuple[str, str]] = {}  # owner -> (scope, key): this process's running claims
         self._answers: dict[tuple[str, str], tuple[str, StoredAnswer]] = {}  # remembered, being written
         self._lock = threading.Lock()
