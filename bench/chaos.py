@@ -140,9 +140,12 @@ def read_only(c: Cluster, url: str, secret: str, http: httpx.Client) -> dict[str
                 fivexx += exc.status_code >= 500
     finally:
         sql(url, "ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()")
-    time.sleep(0.5)  # the replicas' access lines are written as each request ends; a moment for the last
-    runs = Counter(x["route"] for x in access_lines(c) if x["method"] == "POST")["/v1/responses"] - \
-        before["/v1/responses"]
+    def generations() -> int:  # the replicas write an access line as each request ends
+        return Counter(x["route"] for x in access_lines(c) if x["method"] == "POST")["/v1/responses"] - \
+            before["/v1/responses"]
+
+    wait_for(lambda: generations() >= answered, message="an access line for each answered call")
+    runs = generations()
     return row("Postgres read-only: responses.create (SDK, 2 retries)", 10, answered, fivexx, max(0, runs - 10),
                0, f"{runs} generations for 10 calls (replicas' access lines)")
 

@@ -11,7 +11,7 @@ Both undo themselves on exit and end the connections again, so the pool's next o
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -32,22 +32,20 @@ def _admin(sql: list[str], name: str) -> None:
 
 
 @contextmanager
-def refusing(url: str) -> Iterator[None]:
+def _altered(url: str, fault: str, undo: str) -> Iterator[None]:
+    """The test database `url` with `fault` (an ALTER DATABASE clause) in force, then `undo`ne."""
     name = make_url(url).database
-    assert name and name.startswith("sluicegate_t_"), "only a test database may be taken down"
-    _admin([f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false'], name)
+    assert name and name.startswith("sluicegate_t_"), "only a test database may be faulted"
+    _admin([f'ALTER DATABASE "{name}" {fault}'], name)
     try:
         yield
     finally:
-        _admin([f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true'], name)
+        _admin([f'ALTER DATABASE "{name}" {undo}'], name)
 
 
-@contextmanager
-def read_only(url: str) -> Iterator[None]:
-    name = make_url(url).database
-    assert name and name.startswith("sluicegate_t_"), "only a test database may be made read-only"
-    _admin([f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'], name)
-    try:
-        yield
-    finally:
-        _admin([f'ALTER DATABASE "{name}" RESET default_transaction_read_only'], name)
+def refusing(url: str) -> AbstractContextManager[None]:
+    return _altered(url, "WITH ALLOW_CONNECTIONS false", "WITH ALLOW_CONNECTIONS true")
+
+
+def read_only(url: str) -> AbstractContextManager[None]:
+    return _altered(url, "SET default_transaction_read_only = on", "RESET default_transaction_read_only")

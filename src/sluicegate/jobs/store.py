@@ -199,10 +199,8 @@ class JobStore:
         """{job id: `revoked` or `expired`} for unfinished jobs (of `job_ids`, else all) whose API key can no
         longer be used: their work stops (docs/jobs.md, "Revoked keys")."""
         j, k = BatchJob, ApiKey
-        now = self.store.now()
         q = (select(j.id, k.revoked_at).join(k, k.id == j.key_id)
-             .where(j.status.in_((S.VALIDATING, S.IN_PROGRESS, S.CANCELLING)),
-                    k.revoked_at.is_not(None) | (k.expires_at.is_not(None) & (k.expires_at <= now))))
+             .where(j.status.in_((S.VALIDATING, S.IN_PROGRESS, S.CANCELLING)), k.unusable(self.store.now())))
         if job_ids is not None:
             q = q.where(j.id.in_(job_ids))
         with self.store.session() as s:

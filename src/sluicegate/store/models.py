@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
 # Named constraints, so every backend names them the same and a later migration can drop or alter them.
 NAMING = {
@@ -85,6 +86,11 @@ class ApiKey(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+    @classmethod
+    def unusable(cls, now: dt.datetime) -> ColumnElement[bool]:
+        """SQL: the key was revoked, or has expired by `now` (its work stops: jobs, webhook deliveries)."""
+        return cls.revoked_at.is_not(None) | (cls.expires_at.is_not(None) & (cls.expires_at <= now))
 
 
 class UsageRecord(Base):

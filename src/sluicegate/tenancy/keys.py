@@ -246,13 +246,11 @@ class InvalidKeyField(ValueError):
         self.code = code
 
 
-class NotGranted(ValueError):
+class NotGranted(InvalidKeyField):
     """A key asked to create or change a key wider than itself (`check_grant`); `param` names the field."""
 
-    def __init__(self, param: str, code: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
-        self.code = code
+    def __init__(self, param: str, code: str, message: str) -> None:  # its own: the error scan reads its codes
+        super().__init__(param, code, message)
 
 
 def check_name(name: str) -> None:

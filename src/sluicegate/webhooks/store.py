@@ -151,7 +151,7 @@ def claim_due(store: Store, limit: int, lease_s: float, *, per_endpoint: int = 1
     full = sorted(ep for ep, n in busy.items() if n >= per_endpoint)
     t = store.now()
     out: list[Claimed] = []
-    stopped = ApiKey.revoked_at.is_not(None) | (ApiKey.expires_at.is_not(None) & (ApiKey.expires_at <= t))
+    stopped = ApiKey.unusable(t)
     q = (select(WebhookDelivery, WebhookEndpoint.url, WebhookEndpoint.secret, stopped)
          .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
          .outerjoin(ApiKey, ApiKey.id == WebhookDelivery.key_id)  # none when auth is off

@@ -114,13 +114,8 @@ async def list_predictions(
     if after is not None and not _ID.fullmatch(after):
         raise ApiError("invalid_request", "after must be a prediction id (pred_...)", param="after",
                        code="invalid_cursor")
-    try:
-        page = await list_page(stored.page, store_of(request), _owner(ctx), limit=limit, after=after)
-    except ApiError:
-        raise
-    except Exception:
-        log.exception("%s predictions cannot be read", ctx.request_id)
-        raise ApiError("store_unavailable", "predictions cannot be read right now", retry_after=1) from None
+    # a store that fails is a 503 `store_unavailable` (api/errors.py), as on every route
+    page = await list_page(stored.page, store_of(request), _owner(ctx), limit=limit, after=after)
     return JSONResponse({
         "object": "list", "data": [json.loads(b) for b in page.bodies], "has_more": page.has_more,
         "first_id": page.ids[0] if page.ids else None, "last_id": page.ids[-1] if page.ids else None,
