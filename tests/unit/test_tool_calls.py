@@ -1,5 +1,6 @@
-"""serving/tool_calls.py: `auto`'s lazy grammar (llguidance, on the byte-level reference vocabulary) and the one
-parser of tool-mode output, which gives the same calls whether the text arrives whole or a character at a time."""
+"""serving/tool_calls.py, in the generic syntax (every family's: test_tool_formats.py): `auto`'s lazy grammar
+(llguidance, on the byte-level reference vocabulary) and the one parser of tool-mode output, which gives the same
+calls whether the text arrives whole or a character at a time."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from sluicegate.serving.tool_calls import (
     TextPiece,
     ToolCallParser,
     ToolSpec,
-    compile_auto,
+    compile_tools,
     parse,
 )
 
@@ -42,7 +43,7 @@ def runner() -> ReferenceRunner:
 
 
 def test_auto_grammar_allows_text_and_valid_calls_only(runner: ReferenceRunner) -> None:
-    g = compile_auto(runner, TOOLS, parallel=True)
+    g = compile_tools(runner, TOOLS, "auto", parallel=True)
     assert g.constraint().refusal_param == "tool_choice"
     for ok in ["plain text, <tool or tool_call> is fine", f"Sure.\n{CALL}", f"{CALL}\n{CALL}",
                '<tool_call>\n{"name": "clock", "arguments": {}}\n</tool_call>']:
@@ -53,7 +54,7 @@ def test_auto_grammar_allows_text_and_valid_calls_only(runner: ReferenceRunner) 
         assert not accepts(g.constraint(), bad), bad
     c = g.constraint()
     assert accepts(c, '<tool_call>{"name": "clock", "arguments": {}}') and not c.is_complete()
-    single = compile_auto(runner, TOOLS, parallel=False).constraint()
+    single = compile_tools(runner, TOOLS, "auto", parallel=False).constraint()
     assert accepts(single, CALL) and not accepts(single, "\n<tool_call>")
 
 
@@ -76,10 +77,11 @@ def replay(mode: Mode, text: str, name: str | None = None) -> tuple[str, list[tu
     ("auto", f"Sure. \n{CALL}", "Sure.", [("weather", '{"city": "Pa}r\\"is"}', True)]),
     ("auto", f"{CALL}\n{CALL}", "", [("weather", '{"city": "Pa}r\\"is"}', True)] * 2),
     ("auto", 'Hm <tool_call>{"name": "clock", "arguments": {"a": [1', "Hm", [("clock", '{"a": [1', False)]),
-    ("required", '{"name": "clock", "arguments": 5}', "", [("clock", "5", True)]),
-    ("required", '{"name": "clock", "argu', "", []),
-    ("named", '{"a": [1, {"b": "}"}]}', "", [("f", '{"a": [1, {"b": "}"}]}', True)]),
-    ("named", '{"a": [1, {"b": "}"}', "", [("f", '{"a": [1, {"b": "}"}', False)]),
+    ("required", '<tool_call>{"name": "clock", "arguments": 5}</tool_call>', "", [("clock", "5", True)]),
+    ("required", '<tool_call>{"name": "clock", "argu', "", []),
+    ("named", '<tool_call>{"name": "f", "arguments": {"a": [1, {"b": "}"}]}}</tool_call>', "",
+     [("f", '{"a": [1, {"b": "}"}]}', True)]),
+    ("named", '<tool_call>{"name": "f", "arguments": {"a": [1, {"b": "}"}', "", [("f", '{"a": [1, {"b": "}"}', False)]),
 ])
 def test_parse_whole_equals_parse_streamed(mode: Mode, text: str, content: str,
                                            calls: list[tuple[str, str, bool]]) -> None:
@@ -99,7 +101,7 @@ def test_client_text_in_a_schema_cannot_break_the_grammar(runner: ReferenceRunne
     """Schemas go into the grammar as JSON (`%json`): nothing in them is read as grammar syntax."""
     spec = ToolSpec("f", None, {"type": "object", "properties": {"a": {"type": "string", "description": text,
                                                                       "pattern": "^//[a-z]+$"}}})
-    c = compile_auto(runner, [spec], parallel=False).constraint()
+    c = compile_tools(runner, [spec], "auto", parallel=False).constraint()
     assert accepts(c, '<tool_call>{"name": "f", "arguments": {"a": "//ab"}}</tool_call>') and c.is_complete()
-    assert not accepts(compile_auto(runner, [spec], parallel=False).constraint(),
+    assert not accepts(compile_tools(runner, [spec], "auto", parallel=False).constraint(),
                        '<tool_call>{"name": "f", "arguments": {"a": "ab"')
