@@ -25,9 +25,13 @@ EOS_ID = 257
 N_VOCAB = 258
 _SPECIAL_TEXT = {BOS_ID: "<s>", EOS_ID: "</s>"}
 
-CHAT_TEMPLATE = (
+CHAT_TEMPLATE = (  # renders tools, calls and results itself (compactly: the vocabulary is bytes)
+    "{% if tools %}{{ '<|tools|>' + (tools | map(attribute='function') | map(attribute='name') | join(',')) + '\\n' }}"
+    "{% endif %}"
     "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>' + message['content'] + '\\n' }}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] }}"
+    "{% for c in message['tool_calls'] or [] %}{{ '<tool_call>' + c['function']['name'] + ' ' }}"
+    "{{ c['function']['arguments'] | tojson }}{% endfor %}{{ '\\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )

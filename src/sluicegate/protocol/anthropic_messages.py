@@ -163,7 +163,7 @@ COUNT_FIELDS = tuple(CountTokensRequest.model_fields)
 MESSAGES_FIELDS = tuple(MessagesRequest.model_fields)
 
 UNSUPPORTED: Mapping[str, str] = {
-    "thinking": "not a reasoning model",
+    "thinking": "a model's reasoning is its own, not set per request",
     "output_config": "no structured output on this route; use a tool with tool_choice 'tool'",
     "output_format": "no structured output on this route; use a tool with tool_choice 'tool'",
     "container": "no code execution",
@@ -275,7 +275,16 @@ class ToolUseBlock(ResponseModel):
     input: dict[str, Any]
 
 
-ContentBlock = Annotated[TextBlock | ToolUseBlock, Field(discriminator="type")]
+class ThinkingBlock(ResponseModel):
+    """A thinking model's reasoning (docs/models.md); `signature` is empty: there is no Anthropic key to sign
+    with, and a thinking block sent back is read as the reasoning text it holds."""
+
+    type: Literal["thinking"]
+    thinking: str
+    signature: str = ""
+
+
+ContentBlock = Annotated[TextBlock | ToolUseBlock | ThinkingBlock, Field(discriminator="type")]
 
 
 class MessageUsage(ResponseModel):
@@ -327,10 +336,15 @@ class InputJsonDelta(ResponseModel):
     partial_json: str
 
 
+class ThinkingDelta(ResponseModel):
+    type: Literal["thinking_delta"]
+    thinking: str
+
+
 class ContentBlockDeltaEvent(ResponseModel):
     type: Literal["content_block_delta"]
     index: int
-    delta: Annotated[TextDelta | InputJsonDelta, Field(discriminator="type")]
+    delta: Annotated[TextDelta | InputJsonDelta | ThinkingDelta, Field(discriminator="type")]
 
 
 class ContentBlockStopEvent(ResponseModel):

@@ -30,8 +30,8 @@ class GenerateOptions(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="same seed, same tokens, in any process")
     stop: StopList | None = Field(None, description="up to 4 strings that end the generation (not returned)")
-    parse_special: bool = Field(False, description="read control-token text in the prompt (`<|im_start|>`) as "
-                                "the model's control tokens")
+    parse_special: bool = Field(True, description="read control-token text in the prompt (`<|im_start|>`) as "
+                                "the model's control tokens, as /v1/completions and /tokenize do (false: as text)")
 
     def to_sampling_params(self) -> SamplingParams:
         return SamplingParams(
@@ -56,8 +56,8 @@ class GenerateOptions(StrictModel):
 class GenerateRequest(GenerateOptions):
     model_config = ConfigDict(json_schema_extra={"description": GENERATE_DESCRIPTION})
 
-    prompt: str = Field(min_length=1, description="text to continue; control-token text is plain text unless "
-                        "parse_special is true")
+    prompt: str = Field(min_length=1, description="text to continue; control-token text is the model's control "
+                        "tokens unless parse_special is false")
     model: str | None = Field(None, min_length=1, max_length=256, description="`name` or `name@version`")
 
 

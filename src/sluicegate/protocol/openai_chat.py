@@ -157,7 +157,9 @@ CHAT_DESCRIPTION = (
     "`response_format`, or with `stop`; `stop` with JSON output. Refused rules it cannot state (400, `code` "
     "names the rule): a named `tool_choice` not in `tools` (`unknown_function`); two tools with one name "
     "(`duplicate_function`); a last message from the assistant (`unsupported_value`); a `parameters` or "
-    "`json_schema.schema` outside the subset the server enforces (`unsupported_schema`); `logit_bias` ids "
+    "`json_schema.schema` outside the subset the server enforces (`unsupported_schema`); a tool with `strict: true` "
+    "whose `parameters` are not a strict schema: every object with `additionalProperties: false` and all its "
+    "properties required (`invalid_strict_schema`); `logit_bias` ids "
     "outside the model's vocabulary (`invalid_token_id`); prompt plus new tokens over the model's window "
     "(`context_length_exceeded`)."
 )
@@ -211,8 +213,8 @@ UNSUPPORTED: Mapping[str, str] = {
     "service_tier": "one tier",
     "store": "completions are not stored",
     "metadata": "completions are not stored",
-    "reasoning_effort": "not a reasoning model",
-    "verbosity": "not a reasoning model",
+    "reasoning_effort": "a model's reasoning is its own, not set per request",
+    "verbosity": "a model's reasoning is its own, not set per request",
     "web_search_options": "no web search",
     "functions": "deprecated; use tools",
     "function_call": "deprecated; use tool_choice",
@@ -314,11 +316,16 @@ class ToolCallOut(ResponseModel):
     function: ToolCallFunctionOut
 
 
+REASONING = ("a thinking model's reasoning, read apart from its answer (docs/models.md, `--reasoning-format`); "
+             "present only when it wrote some")
+
+
 class ChatMessage(ResponseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: None = None
     tool_calls: list[ToolCallOut] | None = None
+    reasoning_content: str | None = Field(default=None, exclude_if=lambda v: v is None, description=REASONING)
 
 
 class ChoiceLogprobs(ResponseModel):
@@ -359,6 +366,7 @@ class ChoiceDelta(ResponseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[DeltaToolCall] | None = None
+    reasoning_content: str | None = Field(default=None, exclude_if=lambda v: v is None, description=REASONING)
 
 
 class ChunkChoice(ResponseModel):

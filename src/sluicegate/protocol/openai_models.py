@@ -40,6 +40,21 @@ class ModelSchemas(ResponseModel):
     options: dict[str, Any] = Field(description="JSON schema of a prediction's `options` (/v1/generate's)")
 
 
+class ChatInfo(ResponseModel):
+    """How the model reads a conversation (docs/models.md)."""
+
+    template: Literal["model", "file"] | None = Field(
+        description="where its chat template comes from: the GGUF (`model`), --chat-template-file (`file`); null: it "
+        "has none and cannot take messages")
+    tool_format: str = Field(description="the syntax its tool calls are written and read in (hermes, llama3, "
+                             "mistral, granite, firefunction, command-r7b, deepseek-r1; generic: Hermes' syntax for a "
+                             "template that teaches none)")
+    template_renders: list[str] = Field(description="what the template renders itself, of system, tools, tool_calls, "
+                                        "tool_responses; the rest is written for it")
+    reasoning: list[str] | None = Field(description="the markers a thinking model reasons between (returned apart); "
+                                        "null: none, or --reasoning-format none")
+
+
 class ModelDetails(OpenAIModel):
     """`GET /v1/models/{id}`: OpenAI's four fields, then what this server knows (clients ignore the rest)."""
 
@@ -53,3 +68,4 @@ class ModelDetails(OpenAIModel):
     limits: ModelLimits
     schemas: ModelSchemas
     defaults: dict[str, Any] = Field(description="what a prediction gets when it leaves a field out")
+    chat: ChatInfo

@@ -66,6 +66,23 @@ class MessageItem(StrictModel):
     status: ItemStatus = None
 
 
+class ReasoningTextPart(StrictModel):
+    type: Literal["reasoning_text"]
+    text: str = Field(max_length=1 << 20)
+
+
+class ReasoningItem(StrictModel):
+    """A thinking model's reasoning sent back (an earlier response's output): accepted, and left out of the
+    prompt, as thinking models' templates leave earlier turns' reasoning out (docs/models.md)."""
+
+    type: Literal["reasoning"]
+    id: ItemId = None
+    summary: Annotated[list[dict[str, Any]], Field(max_length=256)] = Field(default_factory=list)
+    content: Annotated[list[ReasoningTextPart], Field(max_length=256)] | None = None
+    encrypted_content: None = None
+    status: ItemStatus = None
+
+
 def _item_kind(value: Any) -> str:
     if isinstance(value, dict):
         kind = value.get("type", "message")
@@ -76,13 +93,14 @@ def _item_kind(value: Any) -> str:
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(_item_kind),
 ]
 ITEM_FIELDS: Mapping[str, tuple[str, ...]] = {
     name: tuple(model.model_fields)
     for name, model in (("message", MessageItem), ("function_call", FunctionCallItem),
-                        ("function_call_output", FunctionCallOutputItem))
+                        ("function_call_output", FunctionCallOutputItem), ("reasoning", ReasoningItem))
 }
 
 # -- tools and formats -------------------------------------------------------------------------------------
@@ -161,7 +179,7 @@ RESPONSE_FIELDS = tuple(ResponseCreateRequest.model_fields)
 
 UNSUPPORTED: Mapping[str, str] = {
     "background": "no background responses; use the Batch API",
-    "reasoning": "not a reasoning model",
+    "reasoning": "a model's reasoning is its own, not set per request",
     "conversation": "no conversation objects; use previous_response_id",
     "prompt": "no stored prompt templates",
     "prompt_cache_key": "the prefix cache is automatic",
@@ -174,7 +192,7 @@ UNSUPPORTED: Mapping[str, str] = {
 }
 _ITEM_UNSUPPORTED = {
     "item_reference": "no item references; send the item or use previous_response_id",
-    "reasoning": "not a reasoning model",
+    "reasoning": "a model's reasoning is its own, not set per request",
 }
 _PART_TYPES = ("input_text", "output_text")
 
@@ -223,7 +241,7 @@ def _choice_refusal(choice: Any) -> Refusal | None:
 def _text_refusal(text: Any) -> Refusal | None:
     if not isinstance(text, dict):
         return None
-    r = refusal(text, "text", ("format",), {"verbosity": "not a reasoning model"})
+    r = refusal(text, "text", ("format",), {"verbosity": "a model's reasoning is its own, not set per request"})
     fmt = text.get("format")
     if r is not None or not isinstance(fmt, dict):
         return r
@@ -280,7 +298,22 @@ class FunctionCallOut(ResponseModel):
     status: Literal["in_progress", "completed", "incomplete"]
 
 
-OutputItem = Annotated[OutputMessage | FunctionCallOut, Field(discriminator="type")]
+class ReasoningOutPart(ResponseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningOut(ResponseModel):
+    """A thinking model's reasoning (docs/models.md, `--reasoning-format`)."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str = Field(description="`rs_...`")
+    summary: list[Any] = Field(default_factory=list)
+    content: list[ReasoningOutPart]
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+OutputItem = Annotated[OutputMessage | FunctionCallOut | ReasoningOut, Field(discriminator="type")]
 
 
 class InputTokensDetails(ResponseModel):

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from sluicegate.protocol.common import ResponseModel, StrictModel
-from sluicegate.protocol.openai_chat import Message
+from sluicegate.protocol.openai_chat import Message, Tool
 from sluicegate.protocol.rules import NOT_NULL, present
 
 
@@ -21,9 +21,14 @@ class TokenizeRequest(StrictModel):
     prompt: str | None = Field(None, description="text to tokenise (exactly one of prompt and messages)")
     messages: Annotated[list[Message], Field(min_length=1, max_length=1024)] | None = Field(
         None, description="chat messages, rendered with the model's chat template as chat completions does")
+    tools: Annotated[list[Tool], Field(max_length=64)] | None = Field(
+        None, description="messages: the tools a chat request would offer (part of its prompt), as vLLM takes them")
     add_special_tokens: bool | None = Field(
         None, description="add the model's BOS; default true for prompt, false for messages (the template's)")
     add_generation_prompt: bool = Field(True, description="messages: end with the assistant turn's opening")
+    parse_special: bool = Field(True, description="prompt: read control-token text (`<|im_start|>`) as the model's "
+                                "control tokens, as /v1/completions and /v1/generate do (false: as text); messages "
+                                "follow the chat rule (docs/models.md)")
 
 
 class TokenizeResponse(ResponseModel):

@@ -39,6 +39,8 @@ from sluicegate.protocol.anthropic_messages import (
     TextBlock,
     TextBlockParam,
     TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
     ToolChoiceAny,
     ToolChoiceAuto,
     ToolChoiceNone,
@@ -70,7 +72,8 @@ from sluicegate.serving.context import RequestContext
 from sluicegate.serving.core import HEARTBEAT_S, Runs, collect_finished, finish_error
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
-from sluicegate.serving.tool_calls import ArgsPiece, CallStart, Event, TextPiece, ToolCallParser, parse
+from sluicegate.serving.output_reader import ArgsPiece, CallStart, Event, ReasoningPiece, TextPiece
+from sluicegate.serving.tool_calls import partial_object
 from sluicegate.serving.validation import refused
 
 
@@ -239,18 +242,24 @@ def _stop(plan: MessagesPlan, final: RequestOutput | None, calls: bool) -> tuple
     return "end_turn", None
 
 
-def _blocks(plan: MessagesPlan, text: str) -> tuple[list[ContentBlock], bool]:
-    """The answer's content: text, then the whole tool calls as tool_use blocks (a call cut by max_tokens is
-    left out: never half a call); and whether there are calls."""
-    tool = plan.chat.tool
-    if tool is None:
+def _blocks(plan: MessagesPlan, text: str, final: RequestOutput | None) -> tuple[list[ContentBlock], bool]:
+    """The answer's content: the reasoning (a thinking block), text, then the tool calls as tool_use blocks (a
+    call cut by max_tokens as far as it got, its input closed where it was cut); and whether there are whole
+    calls."""
+    if plan.chat.tool is None and plan.chat.format.reasoning is None:
         return [TextBlock(type="text", text=text)], False
-    parser = parse(tool.mode, text, tool.name)
-    calls = parser.complete_calls()
-    blocks: list[ContentBlock] = [TextBlock(type="text", text=parser.content)] if parser.content or not calls else []
-    blocks += [ToolUseBlock(type="tool_use", id=_tool_use_id(c.id), name=c.name, input=json.loads(c.arguments))
+    reader = plan.chat.read(text)
+    cut = final is not None and final.finish_reason is FinishReason.LENGTH
+    calls = reader.tool.reported("length" if cut else None) if reader.tool is not None else []
+    blocks: list[ContentBlock] = []
+    if reader.reasoning is not None:
+        blocks.append(ThinkingBlock(type="thinking", thinking=reader.reasoning))
+    if reader.text or not calls:
+        blocks.append(TextBlock(type="text", text=reader.text))
+    blocks += [ToolUseBlock(type="tool_use", id=_tool_use_id(c.id), name=c.name,
+                            input=json.loads(c.arguments) if c.done else partial_object(c.arguments))
                for c in calls]
-    return blocks, bool(calls)
+    return blocks, any(c.done for c in calls)
 
 
 def _usage(final: RequestOutput | None) -> MessageUsage:
@@ -270,7 +279,7 @@ async def complete(model: ServedModel, plan: MessagesPlan, ctx: RequestContext) 
     """Run to the end and return one message (the runs are already started)."""
     r = (await collect_finished(plan.chat.runs, ctx))[0]
     chat.check_constraint(plan.chat, 0)
-    blocks, calls = _blocks(plan, r.text)
+    blocks, calls = _blocks(plan, r.text, r.final)
     stop, sequence = _stop(plan, r.final, calls)
     return _message(plan, ctx, blocks, stop, sequence, _usage(r.final))
 
@@ -301,10 +310,18 @@ class _Blocks:
                                           delta=TextDelta(type="text_delta", text=text)))
         return out
 
+    def thinking(self, text: str) -> list[StreamEvent]:
+        out = [] if self.open == "thinking" else self.start(ThinkingBlock(type="thinking", thinking=""))
+        out.append(ContentBlockDeltaEvent(type="content_block_delta", index=self.index,
+                                          delta=ThinkingDelta(type="thinking_delta", thinking=text)))
+        return out
+
     def events(self, parsed: list[Event]) -> list[StreamEvent]:
         out: list[StreamEvent] = []
         for ev in parsed:
-            if isinstance(ev, TextPiece):
+            if isinstance(ev, ReasoningPiece):
+                out += self.thinking(ev.text)
+            elif isinstance(ev, TextPiece):
                 out += self.text(ev.text)
             elif isinstance(ev, CallStart):
                 out += self.start(ToolUseBlock(type="tool_use", id=_tool_use_id(ev.id), name=ev.name, input={}))
@@ -323,8 +340,7 @@ async def stream(model: ServedModel, plan: MessagesPlan, ctx: RequestContext) ->
     start_usage = MessageUsage(input_tokens=n_prompt, output_tokens=0, cache_read_input_tokens=0,
                                cache_creation_input_tokens=0)
     yield MessageStartEvent(type="message_start", message=_message(plan, ctx, [], None, None, start_usage))
-    tool = plan.chat.tool
-    parser = ToolCallParser(tool.mode, tool.name) if tool is not None else None
+    parser = plan.chat.reader()
     blocks = _Blocks()
     if parser is None:
         for e in blocks.start(TextBlock(type="text", text="")):
@@ -355,7 +371,7 @@ async def stream(model: ServedModel, plan: MessagesPlan, ctx: RequestContext) ->
             yield e
     for e in blocks.close():
         yield e
-    stop, sequence = _stop(plan, final, parser is not None and bool(parser.complete_calls()))
+    stop, sequence = _stop(plan, final, parser is not None and any(c.done for c in parser.calls))
     usage = _usage(final)
     yield MessageDeltaEvent(type="message_delta", delta=MessageDelta(stop_reason=stop, stop_sequence=sequence),
                             usage=DeltaUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,

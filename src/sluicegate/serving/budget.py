@@ -70,6 +70,7 @@ class Budget:
     max_token_bytes: int = 0  # the longest token's text, in UTF-8 bytes; 0: unknown (no early refusal)
     max_special_bytes: int = 0  # the longest control token's written form (`<|im_start|>`), in UTF-8 bytes
     estimate_new_tokens: int = 256  # the cost estimate's new tokens when a request sets no limit
+    control_texts: frozenset[str] = frozenset()  # the written forms of the control tokens (`<|im_start|>`)
 
     @classmethod
     def for_runner(cls, runner: ModelRunner, limits: LimitsConfig | None = None) -> Budget:
@@ -77,13 +78,17 @@ class Budget:
         limits = limits or LimitsConfig()
         n_vocab = runner.limits.n_vocab
         longest = special = 0
+        control: set[str] = set()
         for i in range(n_vocab):
             n = len(runner.token_bytes(i))
             longest = max(longest, n)
             if n == 0:  # a control token: no text bytes, but parse_special reads it from its written form
-                special = max(special, len(runner.token_text(i).encode("utf-8")))
+                text = runner.token_text(i)
+                special = max(special, len(text.encode("utf-8")))
+                if text:
+                    control.add(text)
         return cls(runner.limits.n_ctx, limits.max_prompt_tokens, limits.max_new_tokens, longest, special,
-                   limits.estimate_new_tokens)
+                   limits.estimate_new_tokens, frozenset(control))
 
     @property
     def prompt_limit(self) -> int:

@@ -1,5 +1,5 @@
 """What `GET /v1/models/{id}` says of the served model beyond OpenAI's fields: identity, every limit with
-its number, the schemas and defaults of a prediction."""
+its number, the schemas and defaults of a prediction, how it reads a conversation."""
 
 from __future__ import annotations
 
@@ -7,9 +7,21 @@ import time
 
 from sluicegate.config import Config
 from sluicegate.protocol.generate import GenerateOptions
-from sluicegate.protocol.openai_models import ModelDetails, ModelLimits, ModelSchemas
+from sluicegate.protocol.openai_models import ChatInfo, ModelDetails, ModelLimits, ModelSchemas
 from sluicegate.protocol.predictions import input_schema, options_schema
+from sluicegate.serving.chat_template import chat_format
 from sluicegate.serving.models import ServedModel
+
+
+def chat_info(model: ServedModel) -> ChatInfo:
+    fmt = chat_format(model)
+    caps = fmt.caps
+    renders = [k for k in ("system", "tools", "tool_calls", "tool_responses") if getattr(caps, k)]
+    return ChatInfo(
+        template=None if fmt.template is None else ("file" if fmt.source == "file" else "model"),
+        tool_format=fmt.tools.name, template_renders=renders if fmt.template is not None else [],
+        reasoning=None if fmt.reasoning is None else [fmt.reasoning.start, fmt.reasoning.end],
+    )
 
 STARTED = int(time.time())
 
@@ -33,4 +45,5 @@ def describe(model: ServedModel, config: Config, requested: str | None) -> Model
         schemas=ModelSchemas(input=input_schema(), options=options_schema()),
         defaults={"model": ident.ref, "options": GenerateOptions.model_validate({}).model_dump(mode="json"),
                   "metadata": {}},
+        chat=chat_info(model),
     )

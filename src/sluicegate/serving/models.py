@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -35,10 +36,21 @@ class ServedModel:
     identity_override: ModelIdentity | None = None  # an upstream model's configured identity
     token_ids: bool = True  # its answers carry token ids (an upstream may not return them)
     limits_override: RunnerLimits | None = None  # an upstream model's window (the tokenizer's is not it)
+    chat_template_source: str | None = None  # the operator's template (--chat-template-file); None: the GGUF's
+    reasoning_format: str = "auto"  # --reasoning-format (serving/reasoning.py)
+    chat_cache: object | None = None  # its ChatFormat, built on first use (serving/chat_template.py)
+    _control: re.Pattern[str] | None = None
 
     def __post_init__(self) -> None:
         if self.budget is None:
             self.budget = Budget.for_runner(self.runner)
+
+    def control_pattern(self) -> re.Pattern[str] | None:
+        """Finds the written form of any of the model's control tokens (`<|im_end|>`); None: it has none."""
+        if self._control is None and self.token_budget.control_texts:
+            texts = sorted(self.token_budget.control_texts, key=len, reverse=True)
+            self._control = re.compile("|".join(re.escape(t) for t in texts))
+        return self._control
 
     @property
     def token_budget(self) -> Budget:

@@ -1,10 +1,11 @@
 """`/v1/chat/completions`: validate -> render the template -> budget -> constrain -> submit -> shape.
 
-Tool calls (docs/openai.md; the grammar and the parser are serving/tool_calls.py, shared by every surface):
-`tool_choice` may be a named function (the output is constrained to that function's `parameters` schema and
-becomes the call's `arguments`), `required` (constrained to `{"name": <one of the tools>, "arguments": <its
-parameters>}`), `auto` (the default with tools: free text, and from the trigger `<tool_call>` on, calls
-constrained as `required`'s), or `none` (tools are shown, text is generated).
+Tool calls (docs/openai.md, docs/models.md; the grammar and the parser are serving/tool_calls.py, shared by every
+surface, in the served model's own syntax: serving/tool_formats.py): `tool_choice` may be a named function (one
+call to it, its arguments constrained to its `parameters`), `required` (calls to any of the tools), `auto` (the
+default with tools: free text, and from the family's trigger on, calls constrained as `required`'s), or `none`
+(tools are shown, text is generated). A thinking model's reasoning is read apart (`reasoning_content`;
+serving/reasoning.py) before the answer's text and calls.
 """
 
 from __future__ import annotations
@@ -38,12 +39,15 @@ from sluicegate.protocol.openai_chat import (
 from sluicegate.protocol.openai_common import FinishReason as OpenAIFinish
 from sluicegate.serving.admission import OPEN, Admission
 from sluicegate.serving.chat_template import (
+    ChatFormat,
     ChatPrompt,
     ToolMode,
+    chat_format,
     message_text,
     render,
     template_for,
     template_messages,
+    template_tools,
     tool_mode,
     tool_specs,
 )
@@ -62,13 +66,17 @@ from sluicegate.serving.openai_common import (
     sampling_params,
     usage,
 )
-from sluicegate.serving.tool_calls import (
+from sluicegate.serving.output_reader import (
     ArgsPiece,
     CallStart,
-    ToolCallParser,
-    compile_tools,
-    parse,
+    OutputReader,
+    ReasoningPiece,
+    read_whole,
+    reader_for,
 )
+from sluicegate.serving.reasoning import opened
+from sluicegate.serving.tool_calls import ToolCallParser, compile_tools, strict_problem
+from sluicegate.serving.tool_formats import JSON_CALL
 from sluicegate.serving.validation import refused
 
 
@@ -78,8 +86,21 @@ class ChatPlan:
     prompt_text: str
     runs: Runs
     tool: ToolMode | None
+    format: ChatFormat
     model_ref: str = ""
     fingerprint: str = ""
+
+    def reader(self) -> OutputReader | None:
+        """A fresh reader of one output (None: plain text)."""
+        tool = self.tool
+        parser = None if tool is None else ToolCallParser(tool.mode, tool.name, self.format.tools)
+        return reader_for(parser, self.format.reasoning, self.prompt_text)
+
+    def read(self, text: str) -> OutputReader:
+        """A whole output, read."""
+        tool = self.tool
+        parser = None if tool is None else ToolCallParser(tool.mode, tool.name, self.format.tools)
+        return read_whole(parser, self.format.reasoning, self.prompt_text, text)
 
 
 def _check_combinations(req: ChatCompletionRequest) -> None:
@@ -102,6 +123,10 @@ def _check_combinations(req: ChatCompletionRequest) -> None:
             )
     if req.tools and len({t.function.name for t in req.tools}) != len(req.tools):
         raise refused("tools", "two tools have the same name", code="duplicate_function")
+    for i, t in enumerate(req.tools or ()):
+        if t.function.strict and t.function.parameters is not None and (why := strict_problem(t.function.parameters)):
+            raise refused(f"tools[{i}].function.parameters", f"strict is true, but {why}",
+                          code="invalid_strict_schema")
     structured = isinstance(req.response_format, ResponseFormatJsonObject | ResponseFormatJsonSchema)
     if forced and structured:
         raise refused("response_format", "response_format cannot be combined with tool calls (tools without "
@@ -131,11 +156,19 @@ def _grammar_param(req: ChatCompletionRequest, tool: ToolMode | None) -> str:
     return "response_format"
 
 
-def _compile(runner: ModelRunner, req: ChatCompletionRequest, tool: ToolMode | None) -> Grammar | None:
+def _format(model: ServedModel) -> ChatFormat:
+    """The model's chat format; an upstream engine's calls are bare JSON (a schema is all it can be given)."""
+    fmt = chat_format(model)
+    return dataclasses.replace(fmt, tools=JSON_CALL) if model.upstream else fmt
+
+
+def _compile(runner: ModelRunner, req: ChatCompletionRequest, tool: ToolMode | None, chat: ChatFormat,
+             prompt: str) -> Grammar | None:
     """The grammar the output is generated under (blocking), or None for free text."""
     if tool is not None:
+        think = chat.reasoning.end if chat.reasoning is not None and opened(chat.reasoning, prompt) else None
         return compile_tools(runner, tool_specs(req), tool.mode, tool.name,
-                             parallel=req.parallel_tool_calls is not False)
+                             parallel=req.parallel_tool_calls is not False, fmt=chat.tools, think_end=think)
     fmt = req.response_format
     if isinstance(fmt, ResponseFormatJsonSchema):
         return compile_json(runner, fmt.json_schema.schema_)
@@ -144,26 +177,15 @@ def _compile(runner: ModelRunner, req: ChatCompletionRequest, tool: ToolMode | N
     return None
 
 
-def _tool_list(req: ChatCompletionRequest) -> list[dict[str, Any]]:
-    return [t.model_dump(exclude_none=True) for t in req.tools or ()]
-
-
 async def prompt_of(model: ServedModel, req: ChatCompletionRequest) -> ChatPrompt:
     """The request's prompt: its messages (and tools) through the model's chat template, tokenised."""
-    template = template_for(model.runner)
-    if template is None:
-        raise ApiError(
-            "invalid_request",
-            "this model ships no chat template; use /v1/completions",
-            param="model",
-            code="no_chat_template",
-        )
+    template = template_for(model, "model")
+    fmt = _format(model)
     n_bytes = 0
     for i, msg in enumerate(req.messages):
         n_bytes += check_text(message_text(msg.content), f"messages[{i}].content")
     model.token_budget.check_prompt_bytes(n_bytes, param="messages")  # the contents alone are this many tokens
-    messages = template_messages(req, template.uses_tools, template)
-    return await render(model, template, messages, _tool_list(req) if template.uses_tools else None)
+    return await render(model, template, template_messages(req, fmt), template_tools(req, fmt))
 
 
 async def prepare(
@@ -187,7 +209,7 @@ async def prepare(
     grammar: Grammar | None = None
     if tool is not None or isinstance(req.response_format, ResponseFormatJsonObject | ResponseFormatJsonSchema):
         try:
-            grammar = await asyncio.to_thread(_compile, runner, req, tool)
+            grammar = await asyncio.to_thread(_compile, runner, req, tool, _format(model), prompt.text)
         except GrammarError:
             param = _grammar_param(req, tool)
             raise ApiError(
@@ -208,7 +230,7 @@ async def prepare(
         model, ctx, [prompt.token_ids], params, n=req.n, requested_new=requested, new_param=new_param,
         constraint=None if grammar is None else grammar.constraint, stream=req.stream, admission=admission,
     )
-    return ChatPlan(req, prompt.text, runs, tool, ident.ref, fingerprint(model))
+    return ChatPlan(req, prompt.text, runs, tool, _format(model), ident.ref, fingerprint(model))
 
 
 def check_constraint(plan: ChatPlan, i: int) -> None:
@@ -217,26 +239,28 @@ def check_constraint(plan: ChatPlan, i: int) -> None:
         raise ApiError("internal_error", "internal error; report the request id")
 
 
-def _tool_finish(parser: ToolCallParser, reason: FinishReason | None) -> OpenAIFinish:
+def tool_finish(reader: OutputReader | None, reason: FinishReason | None) -> OpenAIFinish:
     """`tool_calls` when the output ended after whole calls; a call cut short is `length`."""
     finish = openai_finish(reason)
-    if finish == "stop" and parser.complete_calls():
+    if finish == "stop" and reader is not None and reader.tool is not None and reader.tool.complete_calls():
         return "tool_calls"
     return finish
 
 
 def _message(plan: ChatPlan, text: str, reason: FinishReason | None) -> tuple[ChatMessage, OpenAIFinish]:
-    tool = plan.tool
-    if tool is None:
+    if plan.tool is None and plan.format.reasoning is None:
         return ChatMessage(content=text), openai_finish(reason)
-    parser = parse(tool.mode, text, tool.name)
+    reader = plan.read(text)
+    finish = tool_finish(reader, reason)
     calls = [
         ToolCallOut(id=c.id, function=ToolCallFunctionOut(name=c.name, arguments=c.arguments))
-        for c in parser.complete_calls()
+        for c in (reader.tool.reported(finish) if reader.tool is not None else ())
     ]
+    content = reader.text
     return (
-        ChatMessage(content=(parser.content or None) if calls else parser.content, tool_calls=calls or None),
-        _tool_finish(parser, reason),
+        ChatMessage(content=(content or None) if calls else content, tool_calls=calls or None,
+                    reasoning_content=reader.reasoning),
+        finish,
     )
 
 
@@ -297,19 +321,26 @@ class _Chunks:
 
 
 def _tool_deltas(events: list[Any]) -> list[ChoiceDelta]:
-    """The deltas of a run of parser events: content and argument pieces merge; each call's start (index,
-    id, name, empty arguments) is a delta of its own, as OpenAI sends it."""
+    """The deltas of a run of reader events: reasoning, content and argument pieces merge; each call's start
+    (index, id, name, empty arguments) is a delta of its own, as OpenAI sends it."""
     deltas: list[ChoiceDelta] = []
-    content = ""
+    content = thought = ""
     calls: list[DeltaToolCall] = []
 
     def flush() -> None:
-        nonlocal content, calls
+        nonlocal content, calls, thought
+        if thought:
+            deltas.append(ChoiceDelta(reasoning_content=thought))
         if content or calls:
             deltas.append(ChoiceDelta(content=content or None, tool_calls=calls or None))
-        content, calls = "", []
+        content, calls, thought = "", [], ""
 
     for e in events:
+        if isinstance(e, ReasoningPiece):
+            if content or calls:
+                flush()
+            thought += e.text
+            continue
         if isinstance(e, CallStart):
             flush()
             start = DeltaToolCall(index=e.index, id=e.id, type="function",
@@ -348,14 +379,13 @@ async def stream(
         bool(req.stream_options and req.stream_options.include_usage),
     )
     texts = TextDeltas(lambda i, text: chunks.one(i, ChoiceDelta(content=text)))
-    tool = plan.tool
-    parsers = [ToolCallParser(tool.mode, tool.name) for _ in range(req.n)] if tool is not None else []
+    readers = [r for r in (plan.reader() for _ in range(req.n)) if r is not None]
     finals: list[Any] = [None] * req.n
     for i in range(req.n):
-        first = _tool_deltas(parsers[i].start()) if parsers else []
+        first = _tool_deltas(readers[i].start()) if readers else []
         if first:
             yield chunks.one(i, first[0].model_copy(update={"role": "assistant"}))
-        elif parsers:  # no content yet: a message that turns out to be calls only has none (null)
+        elif plan.tool is not None:  # no content yet: a message that turns out to be calls only has none (null)
             yield chunks.one(i, ChoiceDelta(role="assistant"))
         else:
             yield chunks.one(i, ChoiceDelta(role="assistant", content=""))
@@ -365,10 +395,10 @@ async def stream(
             continue
         i, out, err = ev
         lps = ChoiceLogprobs(content=chat_logprobs(model.runner, out.logprobs)) if req.logprobs else None
-        if parsers:
-            events = parsers[i].feed(out.text) if out.text else []
+        if readers:
+            events = readers[i].feed(out.text) if out.text else []
             if out.finished and err is None:
-                events += parsers[i].finish()
+                events += readers[i].finish()
             deltas = _tool_deltas(events)
             if lps is not None and lps.content:  # the logprobs ride on the last delta of their text
                 deltas = deltas or [ChoiceDelta()]
@@ -380,7 +410,7 @@ async def stream(
             raise err
         if out.finished:
             finish: OpenAIFinish = (
-                _tool_finish(parsers[i], out.finish_reason) if parsers else openai_finish(out.finish_reason)
+                tool_finish(readers[i], out.finish_reason) if readers else openai_finish(out.finish_reason)
             )
             yield chunks.one(i, ChoiceDelta(), finish)
     if chunks.include_usage:

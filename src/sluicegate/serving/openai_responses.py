@@ -31,6 +31,8 @@ from sluicegate.protocol.openai_responses import (
     OutputMessage,
     OutputTextPart,
     OutputTokensDetails,
+    ReasoningOut,
+    ReasoningOutPart,
     ResponseCreateRequest,
     ResponseObject,
     ResponseUsage,
@@ -82,7 +84,8 @@ def input_items(req: ResponseCreateRequest) -> list[Item]:
             kind = "output_text" if d["role"] == "assistant" else "input_text"
             d["content"] = [{"type": kind, "text": d["content"]}]
         if "id" not in d:
-            d["id"] = new_id({"message": "msg", "function_call": "fc", "function_call_output": "fco"}[d["type"]])
+            d["id"] = new_id({"message": "msg", "function_call": "fc", "function_call_output": "fco",
+                              "reasoning": "rs"}[d["type"]])
         out.append(d)
     return out
 
@@ -104,8 +107,9 @@ def _messages(instructions: str | None, items: list[Item]) -> list[dict[str, Any
                 last.setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        else:
+        elif kind == "function_call_output":
             messages.append({"role": "tool", "content": item["output"], "tool_call_id": item["call_id"]})
+        # a reasoning item is left out: thinking models' templates drop earlier turns' reasoning too
     return messages
 
 
@@ -241,12 +245,17 @@ async def complete(
     item_status: Literal["completed", "incomplete"] = "incomplete" if status == "incomplete" else "completed"
     output: list[OutputItem] = []
     msg = choice.message
+    if msg.reasoning_content is not None:
+        output.append(ReasoningOut(id=new_id("rs"), content=[ReasoningOutPart(text=msg.reasoning_content)],
+                                   status="completed" if msg.content or msg.tool_calls else item_status))
     if msg.content or not msg.tool_calls:
         output.append(OutputMessage(id=new_id("msg"), status=item_status,
                                     content=[OutputTextPart(text=msg.content or "")]))
-    for call in msg.tool_calls or ():
+    calls = msg.tool_calls or []
+    for k, call in enumerate(calls):  # a call cut by max_tokens is the last, as far as it got
+        cut = status == "incomplete" and k == len(calls) - 1
         output.append(FunctionCallOut(id=new_id("fc"), call_id=call.id, name=call.function.name,
-                                      arguments=call.function.arguments, status="completed"))
+                                      arguments=call.function.arguments, status="incomplete" if cut else "completed"))
     response = response_object(plan, ctx, output, status=status, usage=_usage(answer.usage))
     return await _finish(plan, conversation, response)
 
@@ -269,7 +278,9 @@ def _chunk(item: Any) -> dict[str, Any]:
 
 
 def _item(d: Item) -> OutputItem:
-    return OutputMessage.model_validate(d) if d["type"] == "message" else FunctionCallOut.model_validate(d)
+    kinds: dict[str, type[OutputMessage | FunctionCallOut | ReasoningOut]] = {
+        "message": OutputMessage, "function_call": FunctionCallOut, "reasoning": ReasoningOut}
+    return kinds[d["type"]].model_validate(d)
 
 
 async def stream(
@@ -295,7 +306,7 @@ async def stream(
         open_item = item
         i = len(output) - 1
         out.append(ev("response.output_item.added", output_index=i, item=dict(item, content=[])
-                      if item["type"] == "message" else dict(item)))
+                      if item["type"] in ("message", "reasoning") else dict(item)))
         if item["type"] == "message":
             out.append(ev("response.content_part.added", item_id=item["id"], output_index=i, content_index=0,
                           part=dict(item["content"][0])))
@@ -308,7 +319,11 @@ async def stream(
             return []
         i = len(output) - 1
         out: list[str] = []
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            item["status"] = "completed"
+            out.append(ev("response.reasoning_text.done", item_id=item["id"], output_index=i, content_index=0,
+                          text=item["content"][0]["text"]))
+        elif item["type"] == "message":
             item["status"] = "incomplete" if status == "incomplete" else "completed"
             part = item["content"][0]
             out.append(ev("response.output_text.done", item_id=item["id"], output_index=i, content_index=0,
@@ -316,7 +331,7 @@ async def stream(
             out.append(ev("response.content_part.done", item_id=item["id"], output_index=i, content_index=0,
                           part=dict(part)))
         else:
-            item["status"] = "completed"
+            item["status"] = "incomplete" if status == "incomplete" else "completed"
             out.append(ev("response.function_call_arguments.done", item_id=item["id"], output_index=i,
                           name=item["name"], arguments=item["arguments"]))
         out.append(ev("response.output_item.done", output_index=i, item=json.loads(json.dumps(item))))
@@ -338,6 +353,15 @@ async def stream(
             usage = _usage(OpenAIUsage.model_validate(chunk["usage"]))
         for choice in chunk.get("choices", ()):
             delta = choice.get("delta", {})
+            if thought := delta.get("reasoning_content"):
+                if open_item is None or open_item["type"] != "reasoning":
+                    for e in add({"type": "reasoning", "id": new_id("rs"), "summary": [], "status": "in_progress",
+                                  "content": [{"type": "reasoning_text", "text": ""}]}):
+                        yield e
+                assert open_item is not None
+                open_item["content"][0]["text"] += thought
+                yield ev("response.reasoning_text.delta", item_id=open_item["id"], output_index=len(output) - 1,
+                         content_index=0, delta=thought)
             piece = delta.get("content")
             if piece:
                 if open_item is None or open_item["type"] != "message":

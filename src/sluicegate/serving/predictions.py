@@ -71,7 +71,7 @@ def check(req: PredictionRequest) -> None:
     if (inp.prompt is None) == (inp.messages is None):
         raise ApiError("invalid_request", "input takes exactly one of prompt or messages", param="input",
                        code="invalid_combination")
-    if inp.messages is not None and req.options.parse_special:
+    if inp.messages is not None and "parse_special" in req.options.model_fields_set and req.options.parse_special:
         raise ApiError("invalid_request", "options.parse_special applies to input.prompt only (a chat "
                        "template decides the control tokens of messages)", param="options.parse_special",
                        code="invalid_combination")
@@ -93,10 +93,7 @@ async def _prompt_ids(model: ServedModel, req: PredictionRequest, ctx: RequestCo
         ctx.record.stage("tokenize", t)
         return ids, "input.prompt"
     assert req.input.messages is not None
-    template = template_for(model.runner)
-    if template is None:
-        raise ApiError("invalid_request", "this model ships no chat template; send input.prompt",
-                       param="input.messages", code="no_chat_template")
+    template = template_for(model, "input.messages")
     n_bytes = sum(check_text(m.content, f"input.messages[{i}].content")
                   for i, m in enumerate(req.input.messages))
     model.token_budget.check_prompt_bytes(n_bytes, param="input.messages")

@@ -7,7 +7,14 @@ import asyncio
 
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
 from sluicegate.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
-from sluicegate.serving.chat_template import TemplateRenderError, template_for, template_messages, tokenize_prompt
+from sluicegate.serving.chat_template import (
+    TemplateRenderError,
+    chat_format,
+    template_for,
+    template_messages,
+    template_tools,
+    tokenize_prompt,
+)
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel, check_text
 
@@ -20,7 +27,7 @@ async def tokenize(model: ServedModel, req: TokenizeRequest) -> TokenizeResponse
     if req.prompt is not None:
         check_text(req.prompt, "prompt")
         add = True if req.add_special_tokens is None else req.add_special_tokens
-        ids = await model.tokenize(req.prompt, add_special=add)
+        ids = await model.tokenize(req.prompt, add_special=add, parse_special=req.parse_special)
     else:
         assert req.messages is not None
         ids = await _chat_ids(model, req)
@@ -28,18 +35,18 @@ async def tokenize(model: ServedModel, req: TokenizeRequest) -> TokenizeResponse
 
 
 async def _chat_ids(model: ServedModel, req: TokenizeRequest) -> list[int]:
-    template = template_for(model.runner)
-    if template is None:
-        raise ApiError("invalid_request", "this model ships no chat template; tokenize a prompt instead",
-                       param="messages", code="no_chat_template")
+    template = template_for(model)
+    fmt = chat_format(model)
     assert req.messages is not None
-    chat = ChatCompletionRequest.model_construct(model=req.model or model.identity.name, messages=req.messages)
-    messages = template_messages(chat, template.uses_tools)
+    chat = ChatCompletionRequest.model_construct(model=req.model or model.identity.name, messages=req.messages,
+                                                 tools=req.tools)
+    messages = template_messages(chat, fmt)
 
     def work() -> list[int]:
-        plain, pieces = template.segments(messages, add_generation_prompt=req.add_generation_prompt)
+        plain, pieces = template.segments_merging(messages, tools=template_tools(chat, fmt),
+                                          add_generation_prompt=req.add_generation_prompt)
         check_text(plain, "messages")
-        return tokenize_prompt(model.runner, plain, pieces).token_ids  # exactly what chat completions runs
+        return tokenize_prompt(model, plain, pieces).token_ids  # exactly what chat completions runs
 
     try:
         return await asyncio.to_thread(work)
