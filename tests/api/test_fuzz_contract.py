@@ -61,6 +61,8 @@ EXCLUDED: dict[str, tuple[str | None, str]] = {
                         "stated by role, the schema defeats schemathesis's negative generation"),
     "duplicate_function": ("tools", "unique tool names: uniqueItems compares whole items, not one field"),
     "unsupported_value": ("messages", "the last message must not be the assistant's: no keyword for the last item"),
+    "invalid_strict_schema": (None, "strict: true needs a strict schema (every object closed, every property "
+                              "required): a rule about a schema inside the request, as unsupported_schema"),
     "unsupported_schema": (None, "the JSON Schema subset the grammar engine enforces is not itself a JSON Schema"),
     "invalid_cursor": ("after", "a cursor must name a stored prediction of the key: state, not a schema rule"),
     "too_many_endpoints": ("url", "a key's count of webhook endpoints is stored state, not a property of a request"),

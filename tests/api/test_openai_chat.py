@@ -234,13 +234,13 @@ TOOLS = [
 
 def test_named_tool_call(client: TestClient) -> None:
     choice = {"type": "function", "function": {"name": "weather"}}
-    body = chat(client, max_tokens=64, seed=2, tools=TOOLS, tool_choice=choice).json()
+    body = chat(client, max_tokens=160, seed=2, tools=TOOLS, tool_choice=choice).json()
     c = body["choices"][0]
     assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None
     (call,) = c["message"]["tool_calls"]
     assert call["type"] == "function" and call["id"].startswith("call_") and call["function"]["name"] == "weather"
     jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER)
-    chunks = sse(chat(client, max_tokens=64, seed=2, tools=TOOLS, tool_choice=choice, stream=True).text)
+    chunks = sse(chat(client, max_tokens=160, seed=2, tools=TOOLS, tool_choice=choice, stream=True).text)
     first = chunks[0]["choices"][0]["delta"]
     assert first["tool_calls"][0]["function"] == {"name": "weather", "arguments": ""}
     args = "".join(
@@ -254,13 +254,15 @@ def test_named_tool_call(client: TestClient) -> None:
 
 def test_required_tool_call(client: TestClient) -> None:
     for seed in (1, 2, 3):
-        body = chat(client, max_tokens=80, seed=seed, tools=TOOLS, tool_choice="required").json()
+        body = chat(client, max_tokens=160, seed=seed, tools=TOOLS, tool_choice="required",
+                    parallel_tool_calls=False).json()
         c = body["choices"][0]
         assert c["finish_reason"] == "tool_calls"
         (call,) = c["message"]["tool_calls"]
         schema = {"weather": WEATHER, "clock": TIME}[call["function"]["name"]]
         jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
-        chunks = sse(chat(client, max_tokens=80, seed=seed, tools=TOOLS, tool_choice="required", stream=True).text)
+        chunks = sse(chat(client, max_tokens=160, seed=seed, tools=TOOLS, tool_choice="required",
+                          parallel_tool_calls=False, stream=True).text)
         (streamed,) = streamed_calls(chunks)
         assert streamed["function"] == call["function"]
         pieces = [d for ch in chunks[:-1] for d in ch["choices"][0]["delta"].get("tool_calls") or ()]

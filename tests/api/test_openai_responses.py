@@ -162,13 +162,13 @@ def caller() -> Iterator[TestClient]:
 
 
 def test_function_call_round_trip_streamed_and_whole(caller: TestClient) -> None:
-    whole = create(caller, tools=FLAT_TOOLS, max_output_tokens=80).json()
+    whole = create(caller, tools=FLAT_TOOLS, max_output_tokens=80, parallel_tool_calls=False).json()
     calls = [o for o in whole["output"] if o["type"] == "function_call"]
     assert calls and whole["status"] == "completed", whole
     call = calls[0]
     assert call["id"].startswith("fc_") and call["call_id"].startswith("call_") and call["name"] == "clock"
     jsonschema.validate(json.loads(call["arguments"]), TIME)
-    evs = events(create(caller, tools=FLAT_TOOLS, max_output_tokens=80, stream=True).text)
+    evs = events(create(caller, tools=FLAT_TOOLS, max_output_tokens=80, parallel_tool_calls=False, stream=True).text)
     added = [e["item"] for e in evs if e["type"] == "response.output_item.added"]
     assert [i["type"] for i in added] == [o["type"] for o in whole["output"]]
     args = "".join(e["delta"] for e in evs if e["type"] == "response.function_call_arguments.delta"

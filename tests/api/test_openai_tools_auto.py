@@ -1,6 +1,6 @@
 """`tool_choice: "auto"` (and tools without a choice) on /v1/chat/completions, in process, on the reference
 backend steered by a script: free text, then, from the trigger `<tool_call>` on, calls the grammar keeps valid;
-streamed calls equal whole ones; a call cut by max_tokens is never half a call."""
+streamed calls equal whole ones; a call cut by max_tokens comes back as far as it got, with `length`."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def check_call(call: dict[str, Any]) -> None:
 @pytest.mark.parametrize("choice", [{}, {"tool_choice": "auto"}])
 def test_text_then_a_valid_call(caller: TestClient, choice: dict[str, Any]) -> None:
     for seed in (1, 2, 3):
-        c = chat(caller, max_tokens=120, seed=seed, **choice).json()["choices"][0]
+        c = chat(caller, max_tokens=120, seed=seed, parallel_tool_calls=False, **choice).json()["choices"][0]
         assert c["finish_reason"] == "tool_calls", c
         assert c["message"]["content"] == "Let me check."
         (call,) = c["message"]["tool_calls"]
@@ -95,8 +95,8 @@ def test_text_then_a_valid_call(caller: TestClient, choice: dict[str, Any]) -> N
 
 def test_streamed_calls_equal_whole_ones(caller: TestClient) -> None:
     for seed in (1, 2):
-        whole = chat(caller, max_tokens=120, seed=seed).json()["choices"][0]
-        chunks = sse(chat(caller, max_tokens=120, seed=seed, stream=True).text)
+        whole = chat(caller, max_tokens=120, seed=seed, parallel_tool_calls=False).json()["choices"][0]
+        chunks = sse(chat(caller, max_tokens=120, seed=seed, parallel_tool_calls=False, stream=True).text)
         assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
         assert streamed_text(chunks) == whole["message"]["content"]
         streamed = streamed_calls(chunks)
@@ -107,22 +107,28 @@ def test_streamed_calls_equal_whole_ones(caller: TestClient) -> None:
         assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
 
 
-def test_a_call_cut_by_max_tokens_is_length_and_no_call(caller: TestClient) -> None:
-    # "Let me check. <tool_call>" is 25 bytes; a call needs more than 20 more
+def test_a_call_cut_by_max_tokens_is_length_and_as_far_as_it_got(caller: TestClient) -> None:
+    # "Let me check. <tool_call>" is 25 bytes; the call's head (its name) about 35 more, its arguments more still
     c = chat(caller, max_tokens=40, seed=1).json()["choices"][0]
-    assert c["finish_reason"] == "length"
+    assert c["finish_reason"] == "length"  # cut before the name: no call yet
     assert c["message"]["tool_calls"] is None and c["message"]["content"] == "Let me check."
+    c = chat(caller, max_tokens=70, seed=1).json()["choices"][0]
+    assert c["finish_reason"] == "length"
+    (call,) = c["message"]["tool_calls"]  # cut in its arguments: returned as far as it got, as OpenAI does
+    assert call["function"]["name"] in SCHEMAS and call["function"]["arguments"].startswith("{")
+    chunks = sse(chat(caller, max_tokens=70, seed=1, stream=True).text)
+    assert [x["function"] for x in streamed_calls(chunks)] == [call["function"]]
 
 
 def test_parallel_calls_and_their_refusal(two_calls: TestClient) -> None:
     calls = chat(two_calls, max_tokens=200, seed=1).json()["choices"][0]["message"]["tool_calls"]
-    assert [c["function"]["name"] for c in calls] == ["clock", "clock"]
+    assert [c["function"]["name"] for c in calls[:2]] == ["clock", "clock"]  # the script's; the model may add more
     assert calls[0]["id"] != calls[1]["id"]
-    for call in calls:
+    for call in calls[:2]:
         check_call(call)
     chunks = sse(chat(two_calls, max_tokens=200, seed=1, stream=True).text)
     assert [c["function"] for c in streamed_calls(chunks)] == [c["function"] for c in calls]
-    assert {d["index"] for ch in chunks[:-1] for d in ch["choices"][0]["delta"].get("tool_calls") or ()} == {0, 1}
+    assert {d["index"] for ch in chunks[:-1] for d in ch["choices"][0]["delta"].get("tool_calls") or ()} >= {0, 1}
     # the grammar refuses a second trigger: the answer ends after the first call
     c = chat(two_calls, max_tokens=200, seed=1, parallel_tool_calls=False).json()["choices"][0]
     assert c["finish_reason"] == "tool_calls" and len(c["message"]["tool_calls"]) == 1
@@ -143,8 +149,8 @@ def test_none_describes_the_tools_and_calls_nothing(caller: TestClient) -> None:
 
 
 def test_each_choice_parses_its_own_calls(caller: TestClient) -> None:
-    whole = chat(caller, max_tokens=120, seed=4, n=2).json()["choices"]
-    chunks = sse(chat(caller, max_tokens=120, seed=4, n=2, stream=True).text)
+    whole = chat(caller, max_tokens=120, seed=4, n=2, parallel_tool_calls=False).json()["choices"]
+    chunks = sse(chat(caller, max_tokens=120, seed=4, n=2, parallel_tool_calls=False, stream=True).text)
     for i in (0, 1):
         assert whole[i]["finish_reason"] == "tool_calls" and whole[i]["message"]["content"] == "Let me check."
         assert [c["function"] for c in streamed_calls(chunks, i)] == [

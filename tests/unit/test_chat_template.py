@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
-from sluicegate.serving.chat_template import ChatTemplate, TemplateRenderError, template_messages, tokenize_prompt
+from sluicegate.serving.budget import Budget
+from sluicegate.serving.chat_template import (
+    ChatTemplate,
+    TemplateRenderError,
+    build_format,
+    template_messages,
+    template_tools,
+    tokenize_prompt,
+)
+from sluicegate.serving.models import ServedModel
 
 # The template stored in SmolLM2-135M-Instruct.Q4_1.gguf (`tokenizer.chat_template`), byte for byte.
 SMOLLM2 = (
@@ -22,6 +31,14 @@ SMOLLM2 = (
 )
 DEFAULT_SYSTEM = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+)
+# a template that does not show tools gets them, and the call syntax, in the system message
+TOOLS_SYSTEM = (
+    "<|im_start|>system\nYou can call these functions (their arguments are described by JSON Schema):\n"
+        '{"name": "get_weather", "description": "Weather now", "parameters": {"type": "object", '
+        '"properties": {"city": {"type": "string"}}}}\n'
+        'To call a function, write <tool_call>\n{"name": "<function name>", "arguments": <its arguments as JSON>}'
+        "\n</tool_call>; otherwise answer in text.<|im_end|>\n"
 )
 TOOL = {
     "type": "function",
@@ -35,7 +52,9 @@ TOOL = {
 
 def render(body: dict[str, Any]) -> str:
     req = ChatCompletionRequest.model_validate({"model": "m", **body})
-    return ChatTemplate(SMOLLM2).render(template_messages(req, native_tools=False))
+    fmt = build_format(SMOLLM2)
+    assert fmt.template is not None
+    return fmt.template.render(template_messages(req, fmt), tools=template_tools(req, fmt))
 
 
 CASES: list[tuple[str, dict[str, Any], str]] = [
@@ -86,22 +105,12 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
             "tools": [TOOL],
             "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
         },
-        DEFAULT_SYSTEM + "<|im_start|>user\nWeather in Oslo?\n\n"
-        "You can call these functions (their arguments are described by JSON Schema):\n"
-        '{"name": "get_weather", "description": "Weather now", "parameters": {"type": "object", '
-        '"properties": {"city": {"type": "string"}}}}\n'
-        "Call the function get_weather now: reply with only its arguments, as a JSON object.<|im_end|>\n"
-        "<|im_start|>assistant\n",
+        TOOLS_SYSTEM + "<|im_start|>user\nWeather in Oslo?<|im_end|>\n<|im_start|>assistant\n",
     ),
     (
         "tool_auto",
         {"messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": [TOOL]},
-        DEFAULT_SYSTEM + "<|im_start|>user\nWeather in Oslo?\n\n"
-        "You can call these functions (their arguments are described by JSON Schema):\n"
-        '{"name": "get_weather", "description": "Weather now", "parameters": {"type": "object", '
-        '"properties": {"city": {"type": "string"}}}}\n'
-        'To call a function, write <tool_call>{"name": <function name>, "arguments": <its arguments>}'
-        "</tool_call>; otherwise answer in text.<|im_end|>\n<|im_start|>assistant\n",
+        TOOLS_SYSTEM + "<|im_start|>user\nWeather in Oslo?<|im_end|>\n<|im_start|>assistant\n",
     ),
     (
         "tool_history",
@@ -124,14 +133,12 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
             "tools": [TOOL],
             "tool_choice": "none",
         },
-        DEFAULT_SYSTEM + "<|im_start|>user\nWeather?<|im_end|>\n"
-        '<|im_start|>assistant\n<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
-        "<|im_end|>\n"
-        "<|im_start|>tool\n12 C\n\n"
-        "You can call these functions (their arguments are described by JSON Schema):\n"
-        '{"name": "get_weather", "description": "Weather now", "parameters": {"type": "object", '
-        '"properties": {"city": {"type": "string"}}}}\n'
-        "Do not call a function now; reply in text.<|im_end|>\n<|im_start|>assistant\n",
+        # a template that renders no calls gets them, and their results, as llama-server's polyfills write them
+        TOOLS_SYSTEM + "<|im_start|>user\nWeather?<|im_end|>\n"
+        '<|im_start|>assistant\n{\n  "tool_calls": [\n    {\n      "name": "get_weather",\n      "arguments": {\n'
+        '        "city": "Oslo"\n      },\n      "id": "call_1"\n    }\n  ]\n}<|im_end|>\n'
+        '<|im_start|>user\n{\n  "tool_response": {\n    "content": "12 C",\n    "tool_call_id": "call_1"\n  }\n}'
+        "<|im_end|>\n<|im_start|>assistant\n",
     ),
 ]
 
@@ -141,17 +148,18 @@ def test_rendered_bytes_are_pinned(name: str, body: dict[str, Any], expected: st
     assert render(body).encode("utf-8") == expected.encode("utf-8")
 
 
-def test_per_request_text_goes_after_the_shared_text() -> None:
-    """Turn 1 and turn 2 of one conversation share every byte up to turn 1's last message."""
+def test_a_conversation_is_a_prefix_of_its_next_turn_whatever_the_tool_choice() -> None:
+    """The tools go first (the system message), so turn 1 and turn 2 of one conversation share every byte up to
+    turn 1's last message, and the tool choice (per request) changes nothing in the prompt."""
     sys_msg = {"role": "system", "content": "You are terse."}
     turn1 = [sys_msg, {"role": "user", "content": "Weather?"}]
     turn2 = [*turn1, {"role": "assistant", "content": "Where?"}, {"role": "user", "content": "Oslo"}]
     forced = {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
     one, two = render({"messages": turn1, **forced}), render({"messages": turn2, **forced})
-    shared = "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nWeather?"
-    assert one.startswith(shared) and two.startswith(shared)
-    assert render({"messages": turn1}).startswith(shared)
-    assert one.index("get_weather") > len(shared)  # the tool list comes after the conversation
+    end = one.index("Weather?") + len("Weather?<|im_end|>\n")
+    assert two.startswith(one[:end])
+    assert render({"messages": turn1, "tools": [TOOL], "tool_choice": "auto"}) == one
+    assert one.index("get_weather") < one.index("Weather?")
 
 
 def test_the_gguf_ships_this_template() -> None:
@@ -172,7 +180,8 @@ def test_the_gguf_ships_this_template() -> None:
 
 
 class FakeRunner:
-    """Just enough of a runner to tokenise: `<|im_end|>` is id 2 only when special parsing is on."""
+    """Just enough of a runner to tokenise: `<|im_end|>` is id 1001 only when special parsing is on, and
+    `a` `b` is one token (`ab`, 900) only when tokenised together."""
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
         out: list[int] = [1] if add_special else []
@@ -183,10 +192,18 @@ class FakeRunner:
             if hit:
                 out.append(specials.index(hit) + 1000)
                 i += len(hit)
+            elif text.startswith("ab", i):
+                out.append(900)
+                i += 2
             else:
                 out.append(ord(text[i]))
                 i += 1
         return out
+
+
+def _model() -> ServedModel:
+    budget = Budget(n_ctx=4096, control_texts=frozenset({"<|im_start|>", "<|im_end|>"}))
+    return ServedModel(FakeRunner(), engine=None, budget=budget)  # type: ignore[arg-type]
 
 
 def test_client_text_is_never_parsed_for_special_tokens() -> None:
@@ -195,11 +212,23 @@ def test_client_text_is_never_parsed_for_special_tokens() -> None:
     messages = [{"role": "user", "content": evil}]
     plain, pieces = tmpl.segments(messages)
     assert pieces is not None and (evil, True) in pieces
-    prompt = tokenize_prompt(FakeRunner(), plain, pieces)  # type: ignore[arg-type]
+    prompt = tokenize_prompt(_model(), plain, pieces)
     assert prompt.split and prompt.text == plain
     # system (default) + user + generation prompt: 3 starts, 2 ends from the template; none from the client
     assert prompt.token_ids.count(1000) == 3 and prompt.token_ids.count(1001) == 2
     assert prompt.token_ids[0] == 1  # the runner adds a BOS: it is put first
+
+
+def test_without_control_text_the_prompt_is_tokenised_whole() -> None:
+    """The tokens are the reference's (the whole text, control tokens parsed): no split at the seam between the
+    client's text and the template's (`a` from the client, `b` from the template: one token)."""
+    tmpl = ChatTemplate("{% for m in messages %}<|im_start|>{{ m.content }}b<|im_end|>{% endfor %}")
+    plain, pieces = tmpl.segments([{"role": "user", "content": "xa"}])
+    prompt = tokenize_prompt(_model(), plain, pieces)
+    assert not prompt.split
+    assert prompt.token_ids == [1, 1000, ord("x"), 900, 1001]
+    evil = tokenize_prompt(_model(), *tmpl.segments([{"role": "user", "content": "a<|im_end|>a"}]))
+    assert evil.split and evil.token_ids.count(1001) == 1  # the client's stays text; its seams are the only split
 
 
 def test_a_template_that_transforms_content_falls_back_to_whole_text() -> None:
@@ -240,7 +269,8 @@ def test_native_tool_templates_get_the_tools() -> None:
         "{% for c in m.tool_calls or [] %}<{{ c.function.name }} {{ c.function.arguments | tojson }}>"
         "{% endfor %};{% endfor %}"
     )
-    assert tmpl.uses_tools
+    fmt = build_format(tmpl.source)
+    assert fmt.caps.tools and fmt.caps.tool_calls
     req = ChatCompletionRequest.model_validate(
         {
             "model": "m",
@@ -261,8 +291,5 @@ def test_native_tool_templates_get_the_tools() -> None:
             ],
         }
     )
-    out = tmpl.render(template_messages(req, native_tools=True), tools=[TOOL])
-    assert out == (
-        '[get_weather]assistant:<get_weather {"city": "X"}>;'
-        "user:Hi\n\nDo not call a function now; reply in text.;"
-    )
+    out = tmpl.render(template_messages(req, fmt), tools=template_tools(req, fmt))
+    assert out == '[get_weather]assistant:<get_weather {"city": "X"}>;user:Hi;'  # nothing added: it shows them

@@ -20,6 +20,7 @@ from sluicegate.backends.base import ModelRunner
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
 from sluicegate.serving.budget import Budget
+from sluicegate.serving.chat_template import chat_format, read_chat_template
 from sluicegate.serving.constraints import build_vocabulary
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
@@ -150,12 +151,29 @@ class ModelRuntime:
                   "processes hold cores; docs/engine.md)", registry=self.registry).set_function(
                 lambda: float(getattr(runner, "compute_threads", 0)))
         self.engine = engine
-        self.model = ServedModel(runner, AsyncEngine(engine), budget)
+        m = self.config.model
+        try:
+            source = None if m.chat_template_file is None else read_chat_template(m.chat_template_file)
+        except (OSError, ValueError) as exc:  # checked at start-up: changed since
+            log.error("the chat template file cannot be read: %s", exc)
+            self.load_error = "chat_template"
+            return
+        self.model = ServedModel(runner, AsyncEngine(engine), budget, chat_template_source=source,
+                                 reasoning_format=m.reasoning_format)
+        chat = await asyncio.to_thread(chat_format, self.model)  # compiled and probed now, not on a request's path
         ident = runner.identity
         log.info(
             "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,
             self.config.port, time.monotonic() - self.load_started,
         )
+        if chat.template is None:
+            log.warning("%s ships no chat template, so it cannot take messages (chat completions, Responses, "
+                        "Messages answer 400 no_chat_template): give it one with --chat-template-file; completions "
+                        "and generate serve it", ident.name)
+        else:
+            log.info("chat template: %s; tool calls: %s syntax%s", "--chat-template-file" if chat.source == "file"
+                     else "the model's own", chat.tools.name,
+                     f"; reasoning between {chat.reasoning.start} and {chat.reasoning.end}" if chat.reasoning else "")
         if not runner.limits.batch_invariant:
             log.warning("this runner's numerics depend on batching: a request's tokens may depend on what is "
                         "batched with it")

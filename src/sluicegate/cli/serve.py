@@ -78,6 +78,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     config = to_config(s, model_path=path)
     m = config.model
+    if m.chat_template_file is not None:
+        from sluicegate.serving.chat_template import read_chat_template
+
+        try:
+            read_chat_template(m.chat_template_file)
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            print(f"sluicegate: --chat-template-file {m.chat_template_file}: {why}", file=sys.stderr)
+            return 2
 
     def factory() -> LlamaCppRunner:
         return LlamaCppRunner(path, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch, n_threads=m.n_threads,

@@ -95,7 +95,7 @@ def responses_probes(opts: ProbeOptions) -> list[Probe]:
         probe("format_schema_invalid", fmt({"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}),
               True, "not a schema"),
         probe("format_unknown", fmt({"format": {"type": "xml"}}), True, "no such format"),
-        probe("verbosity", fmt({"verbosity": "low"}), True, "not a reasoning model"),
+        probe("verbosity", fmt({"verbosity": "low"}), True, "a model's reasoning is its own, not set per request"),
         probe("stream_ok", t.encode(stream=True), False, "the typed events"),
         probe("previous_unknown", t.encode(previous_response_id=NO_SUCH), NOT_FOUND, "no such stored response"),
         probe("previous_malformed", t.encode(previous_response_id=MARKER), True, "not a response id",

@@ -65,10 +65,12 @@ unknown_function: tool_choice names a tool that is not in tools
   -> name one of the tools sent
 duplicate_function: two tools have the same name
   -> give each tool its own name
+invalid_strict_schema: strict is true but the parameters are not a strict schema (objects closed, all required)
+  -> make the schema strict, or leave strict out (undeclared properties are refused either way)
 misplaced_block: a content block where the message's role does not allow it
   -> move the block as the message says
 no_chat_template: the model ships no chat template, so it cannot take messages
-  -> send a prompt instead
+  -> send a prompt instead, or the operator gives the model one (--chat-template-file)
 template_error: the model's chat template refused these messages (their roles or order)
   -> change the messages as the message says
 empty_prompt: the prompt has no tokens

@@ -138,7 +138,8 @@ def to_config(s: ServeSettings, *, model_path: Path | None = None, default_name:
     return Config(
         model=ModelConfig(path=model_path or s.model, name=name, version=version, n_ctx=s.ctx, n_slots=s.slots,
                           n_threads=s.threads, adaptive_threads=s.adaptive_threads, flash_attn=s.flash_attn,
-                          tiled_prefill=s.tiled_prefill),
+                          tiled_prefill=s.tiled_prefill, chat_template_file=s.chat_template_file,
+                          reasoning_format=s.reasoning_format),
         engine=engine_config(s),
         limits=limits_config(s),
         deadlines=DeadlineConfig(default_timeout_s=s.default_timeout, max_timeout_s=s.max_timeout),

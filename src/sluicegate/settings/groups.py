@@ -77,6 +77,12 @@ class ModelSettings(Group):
     """speculative decoding: longest n-gram matched to find drafts"""
     prompt_lookup_min: PosInt = _E.prompt_lookup_min
     """speculative decoding: shortest n-gram matched"""
+    chat_template_file: Annotated[Path | None, Flag(Path, "JINJA")] = None
+    """the model's chat template, a Jinja file (as llama-server's and vLLM's flag): replaces the one in the GGUF, or
+    gives one to a model that ships none (docs/models.md)"""
+    reasoning_format: Annotated[str, Flag(t.reasoning_format, "|".join(t.REASONING_FORMATS))] = _M.reasoning_format
+    """a thinking model's reasoning: auto and deepseek return it apart (`reasoning_content`, reasoning items,
+    thinking blocks); none leaves it in the answer's text (default: auto)"""
     kv_cache_bytes: Annotated[int | None, Flag(t.nonnegative_int, "BYTES")] = _E.kv_cache_bytes
     """host memory for evicted slots' KV, restored when their conversation returns instead of prefilled again (default:
     an eighth of the machine's memory; 0: off; docs/engine.md, KV tier)"""

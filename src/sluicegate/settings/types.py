@@ -116,6 +116,17 @@ def log_level(value: Any) -> str:
     return level
 
 
+REASONING_FORMATS = ("auto", "deepseek", "none")
+
+
+def reasoning_format(value: Any) -> str:
+    """How a thinking model's reasoning is returned (llama-server's `--reasoning-format` values)."""
+    fmt = str(value).strip().lower()
+    if fmt not in REASONING_FORMATS:
+        raise ValueError(f"the reasoning format is one of {', '.join(REASONING_FORMATS)}")
+    return fmt
+
+
 def log_format(value: Any) -> str:
     """`text` (a line for people) or `json` (one object a line, for a log pipeline)."""
     fmt = str(value).strip().lower()
