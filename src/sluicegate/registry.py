@@ -31,6 +31,7 @@ import enum
 from dataclasses import dataclass
 from typing import TypedDict
 
+from sluicegate.errorcatalog import DOCS_PATH
 from sluicegate.tenancy.keys import Scope as KeyScope
 
 
@@ -112,6 +113,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/", (GET,), Access.PUBLIC),  # the playground page (api/routes/playground.py): no data, no work
     Route("/playground", (GET,), Access.PUBLIC),
     Route("/playground/assets", (GET,), Access.PUBLIC, tree=True),
+    Route(DOCS_PATH, (GET,), Access.PUBLIC),  # /docs/errors, the error catalog's page: where docs_url points
     Route("/v1/generate", (POST,), KeyScope.GENERATE, **_WORK),
     CHAT,
     COMPLETIONS,

@@ -107,6 +107,8 @@ def test_scopes_per_route(db_url: str) -> None:
             ("GET", "/playground/assets/app.js", None, None, 200),
             ("GET", "/playground/assets/secret.txt", None, None, 404),  # only the files the page ships
             ("GET", "/playground/other", None, None, 401),  # the open tree is the assets' folder only
+            ("GET", "/docs/errors", None, None, 200),  # the error catalog's page, where docs_url points
+            ("GET", "/docs/errors/x", None, None, 401),
             ("GET", "/no/such/route", None, None, 401),
             ("GET", "/no/such/route", gen, None, 404),
         ]

@@ -43,7 +43,7 @@ BODIES: dict[tuple[str, str], Any] = {
 }
 # what must be answered through the outage: it needs no store
 NEEDS_NO_STORE = {"/healthz", "/readyz", "/metrics", "/openapi.json", "/", "/playground", "/playground/assets/{name}",
-                  "/v1/generate", "/v1/chat/completions", "/v1/completions", "/v1/messages",
+                  "/docs/errors", "/v1/generate", "/v1/chat/completions", "/v1/completions", "/v1/messages",
                   "/v1/messages/count_tokens", "/tokenize", "/detokenize", "/v1/models", "/v1/models/{model_id}"}
 STORED_AFTER_WORK = {"/v1/responses", "/v1/predictions"}  # POST: the answer comes back, marked not stored
 

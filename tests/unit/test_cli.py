@@ -126,9 +126,12 @@ def test_cors_origins_are_origins() -> None:
 
 def test_error_docs_url_is_an_address_to_append_an_anchor_to() -> None:
     assert config().error_docs_url == DEFAULT_DOCS_URL
+    assert DEFAULT_DOCS_URL == "/docs/errors"  # the catalog this server serves, relative to the server that answered
     assert config("--error-docs-url", " https://docs.example.com/errors.html ").error_docs_url == (
         "https://docs.example.com/errors.html")
+    assert config("--error-docs-url", "/llm/docs/errors").error_docs_url == "/llm/docs/errors"  # behind a prefix
     for bad in ("ftp://docs.example.com/e", "https://docs.example.com/e#top", "docs.example.com/e", "https://",
-                "https://docs.example.com/a b", "https://dócs.example.com/e", "https://x.example/" + "e" * 600):
+                "https://docs.example.com/a b", "https://dócs.example.com/e", "https://x.example/" + "e" * 600,
+                "//docs.example.com/e", "/\\docs.example.com/e", "/docs/errors#top", "/" + "e" * 600):
         with pytest.raises(SystemExit):
             parse("--error-docs-url", bad)

@@ -30,6 +30,7 @@ from sluicegate.api.routes import (
     anthropic,
     batch_predictions,
     batches,
+    error_docs,
     files,
     generate,
     health,
@@ -103,6 +104,7 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(tokenize.router)
     app.include_router(admin_keys.router)
     app.include_router(playground.router)
+    app.include_router(error_docs.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes,
                        upload_bytes=config.jobs.max_file_bytes)
     app.add_middleware(DeadlineMiddleware, config=config.deadlines)  # the caller's budget, before the body

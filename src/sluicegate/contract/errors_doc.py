@@ -5,6 +5,9 @@ opening with its anchor (`<a name="invalid_request-unknown_field">`): the place 
 at. The rest of the document is written by hand. A test compares the section with this rendering, so a code
 added to the catalog without `make errors-doc` fails the build.
 
+`page()` renders the same entries as an HTML page, each entry an element whose `id` is its anchor: the server
+serves it at `GET /docs/errors` (api/routes/error_docs.py), where the default `docs_url` points.
+
     python -m sluicegate.contract.errors_doc                # print the section
     python -m sluicegate.contract.errors_doc --write PATH   # refresh the section in PATH
     python -m sluicegate.contract.errors_doc --check PATH   # exit 0 when PATH holds it as rendered, 1 otherwise
@@ -13,13 +16,14 @@ added to the catalog without `make errors-doc` fails the build.
 from __future__ import annotations
 
 import argparse
+import html
 import re
 import sys
 from pathlib import Path
 
 from sluicegate.errorcatalog import ENTRIES
 
-__all__ = ["BEGIN", "END", "REFRESH_COMMAND", "anchors", "main", "render", "splice"]
+__all__ = ["BEGIN", "END", "REFRESH_COMMAND", "anchors", "main", "page", "render", "splice"]
 
 REFRESH_COMMAND = "make errors-doc"
 BEGIN = f"<!-- the catalog: generated from src/sluicegate/errorcatalog/ by `{REFRESH_COMMAND}`; do not edit -->"
@@ -33,6 +37,25 @@ def render() -> str:
         name = f"**`{e.type}`**" if e.code is None else f"`{e.type}` / `{e.code}`"
         rows.append(f'| <a name="{e.anchor}"></a>{name} | {e.status} | {e.meaning} | {e.action} |')
     return "\n".join([BEGIN, *rows, END])
+
+
+def page() -> str:
+    """The catalog as an HTML page: a heading, then a section per type and per code (in the document's order),
+    its `id` the entry's anchor, with the status, the meaning and what to do. Every text is escaped."""
+    out = ['<!DOCTYPE html>', '<html lang="en">', '<head>', '<meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           '<title>sluicegate: error catalog</title>', '</head>', '<body>', '<h1>sluicegate: error catalog</h1>',
+           "<p>Every error the server sends, by its <code>type</code> and <code>code</code>. Each error's "
+           "<code>docs_url</code> links its entry here; a client that does not know a code acts on its type.</p>"]
+    for e in ENTRIES:
+        name = html.escape(e.type if e.code is None else f"{e.type} / {e.code}")
+        heading = "h2" if e.code is None else "h3"
+        out += [f'<section id="{html.escape(e.anchor)}">',
+                f"<{heading}><code>{name}</code> ({e.status})</{heading}>",
+                f"<p>{html.escape(e.meaning)}</p>",
+                f"<p>What to do: {html.escape(e.action)}</p>",
+                "</section>"]
+    return "\n".join([*out, "</body>", "</html>", ""])
 
 
 def anchors(markdown: str) -> set[str]:

@@ -6,7 +6,9 @@ No HTTP machinery and no import of the rest of sluicegate, so every layer can re
 types (OpenAI's, Anthropic's) are mapped in api/.
 
 `docs_url(type, code)` is the catalog entry's address: the process's base (`--error-docs-url`, set once when the
-app is built; by default docs/errors.md on the project's main branch) and the entry's anchor.
+app is built) and the entry's anchor. By default the base is `DOCS_PATH`, the page where the server serves this
+catalog itself (api/routes/error_docs.py): a reference relative to the server that answered, so it resolves on
+any host, and behind a proxy that keeps the paths.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from collections.abc import Mapping
 from sluicegate.errorcatalog import codes, invalid_request, types
 from sluicegate.errorcatalog.entry import ErrorEntry
 
-DEFAULT_DOCS_URL = "https://github.com/sluicegate/sluicegate/blob/main/docs/errors.md"
+DOCS_PATH = "/docs/errors"  # GET: the catalog as a page, each entry's `id` its anchor (the route registry's entry)
+DEFAULT_DOCS_URL = DOCS_PATH
 
 TYPES: Mapping[str, ErrorEntry] = {e.type: e for e in types.ENTRIES}
 CODES: Mapping[tuple[str, str], ErrorEntry] = {
@@ -39,7 +42,8 @@ _docs_base = DEFAULT_DOCS_URL  # one process, one base: create_app sets it from 
 
 
 def set_docs_base(url: str) -> None:
-    """Where the catalog is published (docs/errors.md's address, without an anchor), for every envelope after.
+    """Where the catalog is published (an http(s) URL, or a path on this server; no anchor), for every envelope
+    after.
 
     Process-wide rather than passed along: envelopes are written from a few dozen places (middleware, routes,
     the connection layer, the batch worker) that share no request object, and one server runs one app."""
@@ -52,5 +56,5 @@ def docs_url(type_: str, code: str | None) -> str:
     return f"{_docs_base}#{entry(type_, code).anchor}"
 
 
-__all__ = ["CODES", "DEFAULT_DOCS_URL", "ENTRIES", "STATUS", "TYPES", "ErrorEntry", "docs_url", "entry",
+__all__ = ["CODES", "DEFAULT_DOCS_URL", "DOCS_PATH", "ENTRIES", "STATUS", "TYPES", "ErrorEntry", "docs_url", "entry",
            "set_docs_base"]

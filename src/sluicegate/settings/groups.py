@@ -102,8 +102,8 @@ class HttpSettings(Group):
     """a browser origin (https://app.example.com) whose pages may call this server, repeatable; `*`: any origin
     (default: none, so browsers refuse other origins' pages)"""
     error_docs_url: Annotated[str, Flag(t.docs_url, "URL")] = DEFAULT_DOCS_URL
-    """where the error catalog (docs/errors.md) is published: every error's docs_url is this and the anchor of its type
-    or code (default: the project's main branch on GitHub)"""
+    """where the error catalog is published: every error's docs_url is this and the anchor of its type or code; an
+    http(s) URL, or a path on this server (the default is the page where this server serves the catalog itself)"""
     log_level: Annotated[str, Flag(t.log_level, "|".join(t.LOG_LEVELS))] = "info"
     """the least severe log line written"""
     log_format: Annotated[str, Flag(t.log_format, "|".join(t.LOG_FORMATS))] = "text"

@@ -163,15 +163,18 @@ def cors_origin(value: Any) -> str:
 
 
 def docs_url(value: Any) -> str:
-    """An http(s) URL with a host and no fragment, in printable ASCII (an error's anchor is appended to it)."""
+    """An http(s) URL with a host, or a path on this server (`/docs/errors`, the default: relative to the server
+    that answered), with no fragment, in printable ASCII (an error's anchor is appended to it)."""
     from urllib.parse import urlsplit
 
     text = str(value).strip()
     parts = urlsplit(text)
-    if (parts.scheme not in ("http", "https") or not parts.hostname or "#" in text or len(text) > 512
-            or not (text.isascii() and text.isprintable()) or " " in text):
-        raise ValueError("a docs URL is an http(s) URL with a host and no #fragment, at most 512 printable ASCII "
-                         f"characters; not {text[:80]!r}")
+    # a path: one leading `/` and no `\` (a browser reads `//host` and `/\host` as another host)
+    path = text.startswith("/") and not text.startswith("//") and "\\" not in text
+    if ((not path and (parts.scheme not in ("http", "https") or not parts.hostname)) or "#" in text
+            or len(text) > 512 or not (text.isascii() and text.isprintable()) or " " in text):
+        raise ValueError("a docs URL is an http(s) URL with a host, or a path on this server (/docs/errors), with "
+                         f"no #fragment, at most 512 printable ASCII characters; not {text[:80]!r}")
     return text
 
 
