@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from sluicegate import redaction
 from sluicegate.api.drain import Drain
-from sluicegate.backends.base import ModelRunner
+from sluicegate.backends.base import ModelRunner, Tokenizer
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
 from sluicegate.serving.budget import Budget
@@ -131,7 +131,7 @@ class ModelRuntime:
         """Shutting down: an upstream still being waited for is not checked again."""
         self._stop_loading.set()
 
-    def _local_tokenizer(self, name: str) -> ModelRunner:
+    def _local_tokenizer(self, name: str) -> Tokenizer:
         return self.model.runner if self.model is not None else self.factory()
 
     async def _load_local(self) -> None:

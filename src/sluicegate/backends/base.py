@@ -86,8 +86,9 @@ class LoadedModel:
         return self._limits
 
 
-class ModelRunner(Protocol):
-    """What the engine needs from a model. Implementations: `llama_cpp`, `reference`."""
+class Tokenizer(Protocol):
+    """What the serving layer needs of a model: who it is, its limits, its vocabulary and its chat template, no
+    compute. A runner is one; an upstream-served model has only this (its vocabulary, from a GGUF)."""
 
     @property
     def identity(self) -> ModelIdentity: ...
@@ -109,6 +110,11 @@ class ModelRunner(Protocol):
     def token_text(self, token_id: int) -> str:
         """The token's piece as text, special tokens rendered (for chat templates and logprobs)."""
         ...
+
+
+class ModelRunner(Tokenizer, Protocol):
+    """What the engine needs from a model: a `Tokenizer` that computes. Implementations: `llama_cpp`,
+    `reference`."""
 
     def execute(self, batch: Sequence[BatchItem]) -> Logits:
         """Run one forward step over the batch; return a (n_wanted, n_vocab) float32 array."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluicegate.backends.base import ModelRunner
+from sluicegate.backends.base import Tokenizer
 from sluicegate.config import LimitsConfig
 from sluicegate.serving.errors import ApiError
 
@@ -73,7 +73,7 @@ class Budget:
     control_texts: frozenset[str] = frozenset()  # the written forms of the control tokens (`<|im_start|>`)
 
     @classmethod
-    def for_runner(cls, runner: ModelRunner, limits: LimitsConfig | None = None) -> Budget:
+    def for_runner(cls, runner: Tokenizer, limits: LimitsConfig | None = None) -> Budget:
         """Reads the whole vocabulary once (tens of milliseconds for 50k tokens): call it off the loop."""
         limits = limits or LimitsConfig()
         n_vocab = runner.limits.n_vocab

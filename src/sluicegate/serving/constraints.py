@@ -35,7 +35,7 @@ import llguidance as llg
 import numpy as np
 import numpy.typing as npt
 
-from sluicegate.backends.base import ModelRunner
+from sluicegate.backends.base import Tokenizer
 
 log = logging.getLogger("sluicegate.constraints")
 
@@ -111,7 +111,7 @@ class Grammar:
 
     refusal_param = "response_format"
 
-    def __init__(self, runner: ModelRunner, grammar: str, schema: dict[str, Any] | None = None) -> None:
+    def __init__(self, runner: Tokenizer, grammar: str, schema: dict[str, Any] | None = None) -> None:
         self.schema = schema
         matcher = llg.LLMatcher(tokenizer_for(runner), grammar, log_level=0, limits=_LIMITS)
         if matcher.is_error():
@@ -134,15 +134,15 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
         raise GrammarError(str(exc)) from None
 
 
-def compile_json(runner: ModelRunner, schema: dict[str, Any]) -> Grammar:
+def compile_json(runner: Tokenizer, schema: dict[str, Any]) -> Grammar:
     """Compile `schema` for `runner` (blocking: grammar construction, and the vocabulary if not yet built)."""
     return Grammar(runner, json_schema_grammar(schema), schema)
 
 
 class _Vocab:
-    """What llguidance's TokenizerWrapper needs, read from a ModelRunner."""
+    """What llguidance's TokenizerWrapper needs, read from a Tokenizer."""
 
-    def __init__(self, runner: ModelRunner) -> None:
+    def __init__(self, runner: Tokenizer) -> None:
         limits = runner.limits
         tokens: list[bytes] = []
         special: list[int] = []
@@ -164,16 +164,16 @@ class _Vocab:
         return self._runner.tokenize(text, add_special=False, parse_special=False)
 
 
-_TOKENIZERS: weakref.WeakKeyDictionary[ModelRunner, llg.LLTokenizer] = weakref.WeakKeyDictionary()
+_TOKENIZERS: weakref.WeakKeyDictionary[Tokenizer, llg.LLTokenizer] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
-def build_vocabulary(runner: ModelRunner) -> None:
+def build_vocabulary(runner: Tokenizer) -> None:
     """Build the runner's grammar vocabulary now (blocking), so that no constrained request waits for it."""
     tokenizer_for(runner)
 
 
-def tokenizer_for(runner: ModelRunner) -> llg.LLTokenizer:
+def tokenizer_for(runner: Tokenizer) -> llg.LLTokenizer:
     """The runner's llguidance tokenizer, built once (~0.4 s for a 49k vocabulary)."""
     with _LOCK:
         tok = _TOKENIZERS.get(runner)

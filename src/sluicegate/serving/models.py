@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sluicegate.backends.base import ModelIdentity, ModelRunner, RunnerLimits
+from sluicegate.backends.base import ModelIdentity, RunnerLimits, Tokenizer
 from sluicegate.engine.client import OutputCollector
 from sluicegate.engine.types import EngineRequest
 from sluicegate.serving.budget import Budget
@@ -30,7 +30,7 @@ class EngineClient(Protocol):
 
 @dataclass(slots=True)
 class ServedModel:
-    runner: ModelRunner  # the model's tokenizer (and, for the local model, its weights)
+    runner: Tokenizer  # the model's tokenizer (and, for the local model, its weights)
     engine: EngineClient
     budget: Budget | None = None  # None: the runner's window and default limits (computed here)
     identity_override: ModelIdentity | None = None  # an upstream model's configured identity

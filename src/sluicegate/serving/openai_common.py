@@ -18,7 +18,7 @@ import pydantic_core
 from pydantic import BaseModel
 
 from sluicegate import __version__
-from sluicegate.backends.base import ModelRunner
+from sluicegate.backends.base import Tokenizer
 from sluicegate.engine import AsyncEngine, FinishReason, RequestOutput, SamplingParams, SchedulerConfig, TokenLogprob
 from sluicegate.protocol.openai_common import OpenAIUsage, PromptTokensDetails, TopLogprob
 from sluicegate.protocol.openai_common import TokenLogprob as TokenLogprobOut
@@ -166,7 +166,7 @@ def usage(finals: Sequence[RequestOutput | None]) -> OpenAIUsage:
 # -- logprobs ----------------------------------------------------------------------------------------------
 
 
-def token_piece(runner: ModelRunner, token_id: int) -> tuple[str, bytes]:
+def token_piece(runner: Tokenizer, token_id: int) -> tuple[str, bytes]:
     """A token as OpenAI reports it: its text (undecodable bytes as `\\xNN`), and its exact bytes."""
     raw = runner.token_bytes(token_id)
     if not raw:
@@ -179,7 +179,7 @@ def _lp(value: float) -> float:
     return value if math.isfinite(value) else MASKED_LOGPROB
 
 
-def chat_logprobs(runner: ModelRunner, lps: Sequence[TokenLogprob]) -> list[TokenLogprobOut]:
+def chat_logprobs(runner: Tokenizer, lps: Sequence[TokenLogprob]) -> list[TokenLogprobOut]:
     """Chat-shaped logprobs; end-of-sequence tokens are left out, as they are left out of the text."""
     eos = runner.limits.eos_ids
     out: list[TokenLogprobOut] = []
@@ -206,7 +206,7 @@ class CompletionLogprobState:
 
     def shape(
         self,
-        runner: ModelRunner,
+        runner: Tokenizer,
         lps: Sequence[TokenLogprob],
         *,
         want_top: bool,

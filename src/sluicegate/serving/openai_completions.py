@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sluicegate.backends.base import ModelRunner
+from sluicegate.backends.base import Tokenizer
 from sluicegate.engine import RequestOutput, TokenLogprob
 from sluicegate.protocol.openai_completions import (
     MAX_PROMPTS,
@@ -52,7 +52,7 @@ FIM_STYLES = (
 )
 
 
-def fim_tokens(runner: ModelRunner) -> tuple[int, int, int] | None:
+def fim_tokens(runner: Tokenizer) -> tuple[int, int, int] | None:
     """The model's (prefix, suffix, middle) control tokens, if its vocabulary has one of the known styles."""
     for style in FIM_STYLES:
         ids = [runner.tokenize(t, add_special=False, parse_special=True) for t in style]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import httpx
 
 from sluicegate import redaction
-from sluicegate.backends.base import ModelIdentity, ModelRunner
+from sluicegate.backends.base import ModelIdentity, Tokenizer
 from sluicegate.config import UpstreamConfig, UpstreamModel
 from sluicegate.upstream.client import AsyncUpstream
 from sluicegate.upstream.pool import Endpoint
@@ -20,7 +20,7 @@ from sluicegate.upstream.startup import UpstreamRefused, probe
 
 log = logging.getLogger("sluicegate")
 
-TokenizerFactory = Callable[[str], ModelRunner]  # served name -> the model's own tokenizer (off the loop)
+TokenizerFactory = Callable[[str], Tokenizer]  # served name -> the model's own tokenizer (off the loop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +28,7 @@ class Probed:
     """One upstream model that passed its start-up checks on every URL."""
 
     client: AsyncUpstream
-    runner: ModelRunner  # the model's own tokenizer
+    runner: Tokenizer  # the model's own tokenizer
     identity: ModelIdentity  # the configured one (--upstream-model)
     n_ctx: int  # the smallest window of its URLs
     token_ids: bool  # every URL returns token ids

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from sluicegate.backends.base import ModelRunner
+from sluicegate.backends.base import Tokenizer
 from sluicegate.engine.types import EngineRequest, SamplingParams
 from sluicegate.upstream.pool import Endpoint
 from sluicegate.upstream.wire import Chunk, UpstreamFailure, check_usage, parse_chunk, request_body
@@ -53,7 +53,7 @@ async def _json(http: httpx.AsyncClient, method: str, url: str, headers: dict[st
 
 
 async def _tokenize(http: httpx.AsyncClient, ep: Endpoint, name: str, headers: dict[str, str],
-                    runner: ModelRunner) -> tuple[bool, int | None]:
+                    runner: Tokenizer) -> tuple[bool, int | None]:
     ours = runner.tokenize(PROBE_TEXT, add_special=False)
     for body in ({"model": name, "prompt": PROBE_TEXT, "add_special_tokens": False}, {"content": PROBE_TEXT}):
         data = await _json(http, "POST", f"{ep.root}/tokenize", headers, body)
@@ -82,7 +82,7 @@ async def _window(http: httpx.AsyncClient, ep: Endpoint, name: str, headers: dic
 
 
 async def _one_token(http: httpx.AsyncClient, ep: Endpoint, name: str, headers: dict[str, str],
-                     runner: ModelRunner, token_ids: bool) -> tuple[int, bool]:
+                     runner: Tokenizer, token_ids: bool) -> tuple[int, bool]:
     """(status, whether chunks carried ids); raises UpstreamRefused when usage is missing or wrong."""
     ids = runner.tokenize("Hello", add_special=True)
     req = EngineRequest("startup-probe", ids, SamplingParams(max_new_tokens=1, temperature=0.0))
@@ -109,7 +109,7 @@ async def _one_token(http: httpx.AsyncClient, ep: Endpoint, name: str, headers: 
 
 
 async def probe(http: httpx.AsyncClient, ep: Endpoint, name: str, api_key: str | None,
-                runner: ModelRunner) -> ProbeResult:
+                runner: Tokenizer) -> ProbeResult:
     """Every check of the module doc against one URL; UpstreamRefused says what failed."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
