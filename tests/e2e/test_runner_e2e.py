@@ -33,11 +33,14 @@ def test_a_chatml_prompt_on_completions_is_read_with_its_control_tokens(server: 
     with httpx.Client(base_url=server.url, timeout=120) as http:
         default = http.post("/v1/completions", json=body).json()["usage"]["prompt_tokens"]
         as_text = http.post("/v1/completions", json={**body, "parse_special": False}).json()
-        native = http.post("/v1/generate", json={"prompt": CHATML, "max_new_tokens": 1, "parse_special": True})
-        native_plain = http.post("/v1/generate", json={"prompt": CHATML, "max_new_tokens": 1})
+        native = http.post("/v1/generate", json={"prompt": CHATML, "max_new_tokens": 1})
+        native_plain = http.post("/v1/generate", json={"prompt": CHATML, "max_new_tokens": 1, "parse_special": False})
+        counted = http.post("/tokenize", json={"prompt": CHATML}).json()["count"]
+        counted_plain = http.post("/tokenize", json={"prompt": CHATML, "parse_special": False}).json()["count"]
     assert default == len(parsed) < as_text["usage"]["prompt_tokens"] == len(plain)
-    assert native.json()["usage"]["prompt_tokens"] == len(parsed)
-    assert native_plain.json()["usage"]["prompt_tokens"] == len(plain)  # /v1/generate keeps its default
+    # one rule for raw prompts: /v1/generate and /tokenize read control-token text as /v1/completions does
+    assert native.json()["usage"]["prompt_tokens"] == len(parsed) == counted
+    assert native_plain.json()["usage"]["prompt_tokens"] == len(plain) == counted_plain
 
 
 def test_the_attention_kernels_are_in_the_fingerprint_and_neither_is_batch_variant(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ tokenisation that never turns a client's text into control tokens."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from datetime import datetime
 from typing import Any
 
@@ -133,12 +134,10 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
             "tools": [TOOL],
             "tool_choice": "none",
         },
-        # a template that renders no calls gets them, and their results, as llama-server's polyfills write them
+        # a template that renders no calls gets them in the family's syntax; its own tool role takes the result
         TOOLS_SYSTEM + "<|im_start|>user\nWeather?<|im_end|>\n"
-        '<|im_start|>assistant\n{\n  "tool_calls": [\n    {\n      "name": "get_weather",\n      "arguments": {\n'
-        '        "city": "Oslo"\n      },\n      "id": "call_1"\n    }\n  ]\n}<|im_end|>\n'
-        '<|im_start|>user\n{\n  "tool_response": {\n    "content": "12 C",\n    "tool_call_id": "call_1"\n  }\n}'
-        "<|im_end|>\n<|im_start|>assistant\n",
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+        "<|im_end|>\n<|im_start|>tool\n12 C<|im_end|>\n<|im_start|>assistant\n",
     ),
 ]
 
@@ -235,6 +234,27 @@ def test_a_template_that_transforms_content_falls_back_to_whole_text() -> None:
     tmpl = ChatTemplate("{% for m in messages %}{{ m['content'] | trim }}|{% endfor %}")
     plain, pieces = tmpl.segments([{"role": "user", "content": "  padded  "}])
     assert plain == "padded|" and pieces is None
+
+
+def test_tool_results_a_template_cannot_render_are_a_user_turn() -> None:
+    """Gemma's kind of template: no tool role, turns must alternate. The result becomes a user turn holding
+    minja's `{"tool_response": ...}` JSON; two user turns in a row are merged only when the template refuses them."""
+    strict = ChatTemplate(
+        "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate') }}{% endif %}"
+        "{% if m.role not in ('user', 'assistant') %}{{ raise_exception('bad role') }}{% endif %}"
+        "[{{ m.role }}]{{ m.content }}{% endfor %}")
+    fmt = build_format(strict.source)
+    assert not fmt.caps.tool_responses and not fmt.caps.tool_calls
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "X"}'}}
+    req = ChatCompletionRequest.model_validate({"model": "m", "messages": [
+        {"role": "user", "content": "Weather?"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "12 C"}, {"role": "user", "content": "Thanks"}]})
+    messages = template_messages(req, fmt)
+    assert messages[2] == {"role": "user", "content": json.dumps(
+        {"tool_response": {"content": "12 C", "tool_call_id": "call_1"}}, indent=2)}
+    plain, _ = strict.segments_merging(messages)
+    assert plain.count("[user]") == 2 and plain.endswith('"tool_call_id": "call_1"\n  }\n}\n\nThanks')
 
 
 def test_raise_exception_and_sandbox() -> None:

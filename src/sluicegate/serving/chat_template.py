@@ -239,8 +239,7 @@ class Capabilities:
             system=shows("System Needle", [{"role": "system", "content": "System Needle"}, user]),
             tools=shows("some_tool_xyz", [user], tools=[_TOOL]),
             tool_calls=objects or strings,
-            # as minja: a template that cannot render calls gets its tool results written as well
-            tool_responses=(objects or strings) and shows("Some response!", [user, call, result]),
+            tool_responses=shows("Some response!", [user, call, result]),
             string_arguments=strings,
         )
 
@@ -394,10 +393,10 @@ def tool_mode(req: ChatCompletionRequest) -> ToolMode | None:
 
 
 def template_messages(req: ChatCompletionRequest, fmt: ChatFormat) -> list[dict[str, Any]]:
-    """The request's messages as the template reads them: what it cannot render itself is written for it exactly
-    as llama-server's polyfills (minja) write it, so the prompt is the reference's: earlier calls as
-    `{"tool_calls": [...]}` JSON, tool results as a user turn holding `{"tool_response": ...}` JSON, a system
-    message folded into the next user turn; and the tools and their syntax in the system message."""
+    """The request's messages as the template reads them; what it cannot render itself is written for it: the
+    tools and their syntax in the system message, earlier calls in the family's own syntax (a conversation shows
+    the model the syntax it is to use), tool results as a user turn holding `{"tool_response": ...}` JSON and a
+    system message folded into the next user turn (both as llama-server's polyfills, minja, write them)."""
     caps = fmt.caps
     out: list[dict[str, Any]] = []
     for msg in req.messages:
@@ -412,13 +411,10 @@ def template_messages(req: ChatCompletionRequest, fmt: ChatFormat) -> list[dict[
                         else _arguments_value(c.function.arguments)}}
                     for c in msg.tool_calls
                 ]
-            else:
-                calls = [{"name": c.function.name, "arguments": _arguments_value(c.function.arguments), "id": c.id}
-                         for c in msg.tool_calls]
-                written: dict[str, Any] = {"tool_calls": calls}
-                if item["content"]:
-                    written["content"] = item["content"]
-                item["content"] = json.dumps(written, ensure_ascii=False, indent=2)
+            else:  # in the family's own syntax: the conversation shows the model the syntax it is to use
+                calls = fmt.tools.render([(c.function.name, _arguments_value(c.function.arguments))
+                                          for c in msg.tool_calls])
+                item["content"] = f"{item['content']}\n{calls}" if item["content"] else calls
         if isinstance(msg, ToolMessage):
             if caps.tool_responses:
                 item["tool_call_id"] = msg.tool_call_id

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from sluicegate.backends.base import ModelRunner
+from sluicegate.backends.base import Tokenizer
 from sluicegate.engine import FinishReason
 from sluicegate.protocol.openai_chat import (
     ChatChoice,
@@ -162,7 +162,7 @@ def _format(model: ServedModel) -> ChatFormat:
     return dataclasses.replace(fmt, tools=JSON_CALL) if model.upstream else fmt
 
 
-def _compile(runner: ModelRunner, req: ChatCompletionRequest, tool: ToolMode | None, chat: ChatFormat,
+def _compile(runner: Tokenizer, req: ChatCompletionRequest, tool: ToolMode | None, chat: ChatFormat,
              prompt: str) -> Grammar | None:
     """The grammar the output is generated under (blocking), or None for free text."""
     if tool is not None:

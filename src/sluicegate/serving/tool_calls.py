@@ -3,8 +3,7 @@
 Every call is written in the served model's own syntax (`ToolFormat`, serving/tool_formats.py: Hermes'
 `<tool_call>` for a template that teaches none). Three modes (docs/openai.md, "Tool calls"):
 - `named`: the output is one call to the named function, its arguments constrained to its `parameters`;
-- `required`: the output is one call to any of the tools (several, when parallel calls are allowed and the
-  family writes them);
+- `required`: the output is one call to any of the tools;
 - `auto`: the model writes freely; the moment its text contains the format's trigger (`<tool_call>`,
   `[TOOL_CALLS]`, ...) the rest is constrained to calls in the format's syntax. This is llama.cpp's "lazy
   grammar" done in llguidance: the free text is a lazy lexeme that ends at the first trigger, so a call is always
@@ -32,7 +31,7 @@ from typing import Any, Literal
 
 import llguidance as llg
 
-from sluicegate.backends.base import ModelRunner
+from sluicegate.backends.base import Tokenizer
 from sluicegate.serving.constraints import JSON_OPTIONS, Grammar, GrammarError, compile_json
 from sluicegate.serving.tool_formats import GENERIC, JSON_CALL, IdStyle, Name, ToolFormat, part_lark, part_regex
 
@@ -161,12 +160,14 @@ class ToolGrammar(Grammar):
     refusal_param = "tool_choice"
 
 
-def compile_tools(runner: ModelRunner, tools: list[ToolSpec], mode: Mode, name: str | None = None, *,
+def compile_tools(runner: Tokenizer, tools: list[ToolSpec], mode: Mode, name: str | None = None, *,
                   parallel: bool = True, fmt: ToolFormat = GENERIC, think_end: str | None = None) -> Grammar:
     """The grammar of a tool mode in `fmt`'s syntax (blocking: call off the event loop); GrammarError names no
     parameter, the surface does (a named function's schema, or the tool list)."""
-    if mode == "named":  # one call to that function (vLLM's and OpenAI's reading)
-        tools, parallel = [t for t in tools if t.name == name], False
+    if mode == "named":
+        tools = [t for t in tools if t.name == name]
+    if mode != "auto":  # a forced choice is one call (docs/openai.md): a small model would repeat it to the end
+        parallel = False
     if fmt is JSON_CALL and mode != "auto":  # a JSON schema: what an upstream engine can take
         return compile_json(runner, call_schema(tools))
     try:
