@@ -43,3 +43,19 @@ def test_exposition_parses_with_help_and_types(client: TestClient) -> None:
     err = 'sluicegate_request_errors_total{type="context_length_exceeded"}'
     assert after[err] - before.get(err, 0) == 1
     assert all(s.name.endswith("_total") for n in counters for s in families[n].samples)  # no _created series
+
+
+def test_the_gateway_inference_extension_reads_its_gauges(client: TestClient) -> None:
+    """GIE's endpoint picker (llm-d) reads vLLM's names: the queue, the running sequences, the KV use (a fraction)
+    and the prefix cache's block size, per model, equal to our own gauges."""
+    assert client.post("/v1/generate", json={"prompt": "Hello", "max_new_tokens": 2}).status_code == 200
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    ours = parse_metrics(client.get("/metrics").text)
+    for gie, mine in (("vllm:num_requests_waiting", "sluicegate_waiting"),
+                      ("vllm:num_requests_running", "sluicegate_running"),
+                      ("vllm:kv_cache_usage_perc", "sluicegate_kv_usage")):
+        (sample,) = families[gie].samples
+        assert families[gie].type == "gauge" and sample.labels == {"model_name": "reference"}
+        assert sample.value == ours[mine] and sample.value >= 0
+    (info,) = families["vllm:cache_config_info"].samples
+    assert info.labels == {"model_name": "reference", "block_size": "1"} and info.value == 1

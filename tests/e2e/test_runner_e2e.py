@@ -113,3 +113,10 @@ def test_the_compute_thread_count_is_in_the_metrics(server: Server) -> None:
     text = httpx.get(f"{server.url}/metrics", timeout=60).text
     values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("sluicegate_compute_threads ")]
     assert len(values) == 1 and 1 <= values[0] <= usable_cores()
+
+
+def test_the_model_card_says_what_its_kv_costs_and_what_is_exact(server: Server) -> None:
+    """SmolLM2: 30 layers x 3 KV heads x 64 dims, K in bf16 and V in f16, 2,048 positions a slot."""
+    card = httpx.get(f"{server.url}/v1/models/smollm2-135m-instruct", timeout=30).json()
+    assert card["kv"] == {"slots": 16, "bytes_per_slot": 30 * 2048 * 3 * 64 * (2 + 2), "sliding_window": None,
+                          "exact": ["batching", "decoded_kv", "drafts"]}

@@ -174,6 +174,12 @@ class ModelRuntime:
             log.info("chat template: %s; tool calls: %s syntax%s", "--chat-template-file" if chat.source == "file"
                      else "the model's own", chat.tools.name,
                      f"; reasoning between {chat.reasoning.start} and {chat.reasoning.end}" if chat.reasoning else "")
+        lim = runner.limits
+        if lim.kv_bytes_per_slot:
+            window = (f"; its sliding-window layers keep the whole window ({lim.sliding_window} is theirs): exact when "
+                      "a cached prefix is cut back" if lim.sliding_window else "")
+            log.info("KV cache: %d slots x %.1f MB = %.0f MB%s", lim.n_slots, lim.kv_bytes_per_slot / 1e6,
+                     lim.n_slots * lim.kv_bytes_per_slot / 1e6, window)
         if not runner.limits.batch_invariant:
             log.warning("this runner's numerics depend on batching: a request's tokens may depend on what is "
                         "batched with it")

@@ -56,6 +56,8 @@ class RunnerLimits:
     drafts_exact: bool = False
     max_drafts: int | None = None  # most drafts one verification item may carry (None: the step's budget)
     numerics: str = ""  # which kernels compute (e.g. "flash-attn"): part of `system_fingerprint`
+    kv_bytes_per_slot: int = 0  # one slot's KV cache at its whole window (0: not known)
+    sliding_window: int | None = None  # the window of the model's sliding-window layers (None: it has none)
 
 
 @dataclass(frozen=True, slots=True)

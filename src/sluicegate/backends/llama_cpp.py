@@ -41,6 +41,7 @@ from sluicegate.backends.tiled import TILE_ROWS, pad, twins
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # KV cache element types by name (ggml.h's enum; llama-cpp-python exports only F32 and F16)
 CACHE_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "bf16": 30}
+CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "bf16": 2.0}  # per element (q8_0: 32 + a scale)
 
 
 def default_model_path() -> Path:
@@ -107,6 +108,11 @@ class LlamaCppRunner(LoadedModel):
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_slots
         cparams.kv_unified = False
+        # Sliding-window layers (Gemma 3: 5 of every 6) keep the whole window too, as llama.cpp's default does, on
+        # purpose: a slot cut back below the window (the prefix cache, the KV tier's restore) is then exact, and a
+        # decoded token's KV is reusable. The price is memory: `kv_bytes_per_slot` (docs/models.md, "Sliding
+        # windows"); llama-server's small SWA cache needs checkpoints to reuse a prefix at all.
+        cparams.swa_full = True
         self._flash = flash_attn
         cparams.flash_attn_type = (
             L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
@@ -132,8 +138,10 @@ class LlamaCppRunner(LoadedModel):
         self._piece_cache: dict[int, bytes] = {}
         eos = {i for i in range(self._n_vocab) if L.llama_vocab_is_eog(self._vocab, i)}
         bos = int(L.llama_vocab_bos(self._vocab))
+        kv_types = cache_types if flash_attn else ("f16", "f16")
         self._limits = RunnerLimits(
             n_ctx=n_ctx, n_slots=n_slots, n_vocab=self._n_vocab, n_batch=n_batch,
+            kv_bytes_per_slot=self._kv_bytes(self._stream, kv_types), sliding_window=self._sliding_window(),
             eos_ids=frozenset(eos), bos_id=bos if bos >= 0 else None,
             batch_invariant=one_row or tiled_prefill, decoded_kv_exact=flash_attn and one_row,
             drafts_exact=flash_attn and (one_row or tiled_prefill),
@@ -150,6 +158,24 @@ class LlamaCppRunner(LoadedModel):
         )
         tmpl = L.llama_model_chat_template(self._model, None)
         self._chat_template = tmpl.decode("utf-8") if tmpl else None
+
+    def _arch(self, key: str) -> int | None:
+        arch = self._meta("general.architecture")
+        value = self._meta(f"{arch}.{key}") if arch else None
+        return int(value) if value and value.isdigit() else None
+
+    def _sliding_window(self) -> int | None:
+        """The model's attention window on its sliding-window layers (None: every layer sees the whole context)."""
+        return self._arch("attention.sliding_window") or None
+
+    def _kv_bytes(self, positions: int, types: tuple[str, str]) -> int:
+        """One slot's K and V cache, every layer holding `positions` (sliding-window layers too: swa_full)."""
+        layers, heads = self._arch("block_count") or 0, self._arch("attention.head_count") or 1
+        kv_heads = self._arch("attention.head_count_kv") or heads
+        head = (self._arch("embedding_length") or 0) // heads
+        k_len, v_len = self._arch("attention.key_length") or head, self._arch("attention.value_length") or head
+        per = kv_heads * (k_len * CACHE_TYPE_BYTES.get(types[0], 2.0) + v_len * CACHE_TYPE_BYTES.get(types[1], 2.0))
+        return int(layers * positions * per)
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(512)

@@ -31,7 +31,7 @@ log = logging.getLogger("sluicegate.engine")
 _NORMAL = (FinishReason.EOS, FinishReason.LENGTH, FinishReason.STOP)
 
 
-class Admission:
+class DeadlineAdmission:
     def __init__(self, n_slots: int) -> None:
         self.throughput = Throughput()  # calibrated at load (`Engine.calibrate`), corrected after every step
         # request id -> (when it is forecast to end as of the last admission that counted it, seconds a step, new

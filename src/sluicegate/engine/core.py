@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry
 
 from sluicegate.backends.base import BatchItem, ModelRunner
-from sluicegate.engine.admission import Admission, forecast_errors
+from sluicegate.engine.admission import DeadlineAdmission, forecast_errors
 from sluicegate.engine.calibrate import measure
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
 from sluicegate.engine.forecast import Calibration, DeadlineTooShort, Load, Shape, Speed, Verdict, load_of, work_of
@@ -98,7 +98,7 @@ class Engine:
         self._waiting_tokens = 0
         self._load = Load()  # the same for deadline admission: published load, plus the inbox taken since
         self._inbox_load = Load()  # what the inbox holds
-        self._admission = Admission(limits.n_slots)  # deadline admission's state (engine/admission.py)
+        self._admission = DeadlineAdmission(limits.n_slots)  # deadline admission's state (engine/admission.py)
         self._throughput = self._admission.throughput  # calibrated at load (`calibrate`), corrected every step
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}

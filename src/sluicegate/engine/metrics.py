@@ -56,6 +56,30 @@ class _StatsCollector(Collector):
             g = GaugeMetricFamily(f"sluicegate_{name}", text, labels=["model_name"])
             g.add_metric([self._model], snap[name])
             yield g
+        yield from gie_families(snap, self._model)
+
+
+# GIE's model-server protocol (the Gateway API Inference Extension's endpoint picker, which llm-d uses) reads
+# vLLM's names: the same gauges again under them, so a pool of replicas can sit behind it unmodified
+# (docs/deploy.md). The colon is theirs; every other series keeps `sluicegate_` and underscores.
+GIE_GAUGES = {
+    "vllm:num_requests_waiting": ("waiting", "requests waiting for a slot (sluicegate_waiting)"),
+    "vllm:num_requests_running": ("running", "sequences holding a slot (sluicegate_running)"),
+    "vllm:kv_cache_usage_perc": ("kv_usage", "KV positions in use, a fraction from 0 to 1 as vLLM reports it "
+                                 "(sluicegate_kv_usage)"),
+}
+PREFIX_BLOCK_TOKENS = 1  # the prefix cache matches token by token (engine/radix.py): its block is one token
+
+
+def gie_families(snap: dict[str, float], model: str) -> Iterator[Metric]:
+    for name, (field, text) in GIE_GAUGES.items():
+        g = GaugeMetricFamily(name, text, labels=["model_name"])
+        g.add_metric([model], snap[field])
+        yield g
+    info = GaugeMetricFamily("vllm:cache_config_info", "the KV cache's configuration (GIE reads block_size, in "
+                             "tokens, for its prefix-aware scorer); always 1", labels=["model_name", "block_size"])
+    info.add_metric([model, str(PREFIX_BLOCK_TOKENS)], 1.0)
+    yield info
 
 
 class EngineMetrics:

@@ -55,6 +55,20 @@ class ChatInfo(ResponseModel):
                                         "null: none, or --reasoning-format none")
 
 
+class KvInfo(ResponseModel):
+    """What the model's KV cache costs and what the exactness guarantee covers for it (docs/models.md)."""
+
+    slots: int = Field(description="sequences held at once")
+    bytes_per_slot: int | None = Field(description="one slot's K and V cache at the whole window; null: not known "
+                                       "(a model an upstream engine serves)")
+    sliding_window: int | None = Field(description="the window of the model's sliding-window layers; null: none. "
+                                       "Those layers keep the whole window here (llama.cpp's swa_full), so a cached "
+                                       "prefix cut back below the window stays exact")
+    exact: list[str] = Field(description="what never changes an output for this model: `batching` (what else is in "
+                                         "a step), `decoded_kv` (a finished reply reused as the next turn's prompt), "
+                                         "`drafts` (speculative decoding's verification)")
+
+
 class ModelDetails(OpenAIModel):
     """`GET /v1/models/{id}`: OpenAI's four fields, then what this server knows (clients ignore the rest)."""
 
@@ -69,3 +83,4 @@ class ModelDetails(OpenAIModel):
     schemas: ModelSchemas
     defaults: dict[str, Any] = Field(description="what a prediction gets when it leaves a field out")
     chat: ChatInfo
+    kv: KvInfo

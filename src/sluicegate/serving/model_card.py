@@ -7,10 +7,18 @@ import time
 
 from sluicegate.config import Config
 from sluicegate.protocol.generate import GenerateOptions
-from sluicegate.protocol.openai_models import ChatInfo, ModelDetails, ModelLimits, ModelSchemas
+from sluicegate.protocol.openai_models import ChatInfo, KvInfo, ModelDetails, ModelLimits, ModelSchemas
 from sluicegate.protocol.predictions import input_schema, options_schema
 from sluicegate.serving.chat_template import chat_format
 from sluicegate.serving.models import ServedModel
+
+
+def kv_info(model: ServedModel) -> KvInfo:
+    lim = model.limits
+    exact = [name for name, holds in (("batching", lim.batch_invariant), ("decoded_kv", lim.decoded_kv_exact),
+                                      ("drafts", lim.drafts_exact)) if holds and not model.upstream]
+    return KvInfo(slots=lim.n_slots, bytes_per_slot=lim.kv_bytes_per_slot or None, sliding_window=lim.sliding_window,
+                  exact=exact)
 
 
 def chat_info(model: ServedModel) -> ChatInfo:
@@ -46,4 +54,5 @@ def describe(model: ServedModel, config: Config, requested: str | None) -> Model
         defaults={"model": ident.ref, "options": GenerateOptions.model_validate({}).model_dump(mode="json"),
                   "metadata": {}},
         chat=chat_info(model),
+        kv=kv_info(model),
     )
