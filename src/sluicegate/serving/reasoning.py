@@ -17,11 +17,10 @@ stream and a whole response split the same text the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-ReasoningFormat = Literal["auto", "deepseek", "none"]
-REASONING_FORMATS: tuple[str, ...] = ("auto", "deepseek", "none")
+ReasoningFormat = Literal["auto", "deepseek", "none"]  # settings/types.py `reasoning_format` checks the flag
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +126,3 @@ class ReasoningSplitter:
             out.append(AnswerPiece(self._buf))
         self._buf = ""
         return out
-
-
-@dataclass(slots=True)
-class Pieces:
-    """Reasoning and answer collected whole."""
-
-    reasoning: list[str] = field(default_factory=list)
-    answer: list[str] = field(default_factory=list)
