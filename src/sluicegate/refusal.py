@@ -19,6 +19,9 @@ from sluicegate.errorcatalog import TYPES
 
 @dataclass(slots=True)
 class Rejected(Exception):
+    """The error a request is answered with, raised by any layer (module doc); a raw-JSON field check's finding
+    is a `protocol.openai_common.FieldRefusal` until the route raises it as one of these."""
+
     type: str
     message: str
     param: str | None = None

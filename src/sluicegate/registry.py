@@ -4,9 +4,10 @@ An entry is a path and what holds for it: the methods mounted there, who may cal
 a key with a scope), whether a POST to it creates engine work (metered), its error dialect, whether it reads the
 caller's deadline headers, takes an Idempotency-Key, answers while the server drains, is a health probe, takes
 an upload, and which batch items may run on it. The middlewares (auth, key limits, deadlines, drain, body limit,
-Anthropic's errors), the connection guard, the batch items and the job intake read it; none keeps a path table
-of its own, and a new route is one entry here (docs/architecture.md). tests/api/test_route_registry.py checks
-it against the routes the app mounts, and that no other path table comes back.
+Anthropic's errors), the error rendering (api/dialects.py), the connection guard, the batch items and the job
+intake read it; none keeps a path table of its own, and a new route is one entry here (docs/architecture.md).
+tests/api/test_route_registry.py checks it against the routes the app mounts, and that no other path table
+comes back.
 
 Which paths an entry covers:
 
@@ -41,7 +42,7 @@ class Access(enum.StrEnum):
 
 
 class Dialect(enum.StrEnum):
-    """The shape of the route's errors."""
+    """The shape of the route's errors: chosen here alone, written as api/dialects.py `RENDERING` maps it."""
 
     NATIVE = "native"  # the envelope (api/envelope.py)
     OPENAI = "openai"  # OpenAI's statuses (api/openai_errors.py)

@@ -15,8 +15,10 @@ from fastapi.testclient import TestClient
 
 import sluicegate
 from sluicegate.api.batch_items import handlers
+from sluicegate.api.dialects import RENDERING
 from sluicegate.errorcatalog import DOCS_PATH
-from sluicegate.registry import FALLBACK, ROUTES, Route, Shape, batch_targets, jobs_route, route_for
+from sluicegate.registry import FALLBACK, ROUTES, Dialect, Route, Shape, batch_targets, jobs_route, route_for
+from sluicegate.serving.errors import ApiError
 from tests.conftest import make_client
 
 SRC = Path(sluicegate.__file__).parent
@@ -70,6 +72,17 @@ def test_batch_items_run_where_the_registry_says() -> None:
     assert jobs_route(batch_targets(Shape.SEED)[0]) == "/v1/batch-predictions"
     with pytest.raises(KeyError):
         jobs_route("/v1/generate")  # no batch item runs there
+
+
+def test_every_dialect_is_rendered_one_way() -> None:
+    """Each registry dialect has its rendering (api/dialects.py), and a batch item's status is what the route
+    answers (Anthropic's route answer is the envelope, re-rendered by its middleware: not compared here)."""
+    assert set(RENDERING) == set(Dialect)
+    errors = (ApiError("invalid_request", "x", code="unknown_field"), ApiError("model_not_found", "x"),
+              ApiError("not_found", "x", code="response_not_found"), ApiError("overloaded", "x", retry_after=1))
+    for dialect in (Dialect.NATIVE, Dialect.OPENAI):
+        for exc in errors:
+            assert RENDERING[dialect].render(exc, "r").status_code == RENDERING[dialect].status(exc)
 
 
 def test_idempotency_key_is_read_on_the_registry_s_routes_only(app: FastAPI, client: TestClient) -> None:

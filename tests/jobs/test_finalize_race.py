@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 from sluicegate.jobs.files import FileStore
 from sluicegate.jobs.output import render_files
 from sluicegate.jobs.store import JobStore
-from sluicegate.jobs.worker import Outcome, Worker
+from sluicegate.jobs.worker import ItemResult, Worker
 from sluicegate.serving.context import RequestContext
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchFile, BatchItem, BatchJob
@@ -67,7 +67,7 @@ class Gate:
         return render_files(self.jobs, self.files, job, 3600)
 
 
-def worker(store: Store, gate: Gate, handler: Callable[[str, RequestContext], Awaitable[Outcome]]) -> Worker:
+def worker(store: Store, gate: Gate, handler: Callable[[str, RequestContext], Awaitable[ItemResult]]) -> Worker:
     files = FileStore(store)
     return Worker(JobStore(store), {"/v1/completions": handler}, slots=2, lease_s=LEASE_S, poll_s=0.05,
                   finalizer=gate, on_usage=lambda *_a: None, on_final=lambda *_a: None, discard=files.delete)
@@ -102,10 +102,10 @@ def test_an_items_lease_is_renewed_while_another_job_finalizes(store: Store) -> 
     fast = make_job(jobs, ['"fast"'])
     release = asyncio.Event()
 
-    async def handler(body: str, ctx: RequestContext, _key: object) -> Outcome:
+    async def handler(body: str, ctx: RequestContext, _key: object) -> ItemResult:
         if body == '"slow"':
             await release.wait()
-        return Outcome(200, {"ok": body})
+        return ItemResult(200, {"ok": body})
 
     def slow_item() -> BatchItem:
         with store.session() as s:
@@ -141,8 +141,8 @@ def test_a_job_is_finalized_once_while_replicas_race(store: Store) -> None:
     gate = Gate(jobs, FileStore(store))
     job = make_job(jobs, ['"a"', '"b"'])
 
-    async def handler(body: str, ctx: RequestContext, _key: object) -> Outcome:
-        return Outcome(200, {"ok": body})
+    async def handler(body: str, ctx: RequestContext, _key: object) -> ItemResult:
+        return ItemResult(200, {"ok": body})
 
     def claim() -> dt.datetime | None:
         with store.session() as s:

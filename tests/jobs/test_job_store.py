@@ -166,13 +166,13 @@ def test_items_cancelled_before_their_tasks_first_ran_still_end(store: Store) ->
     before it runs never runs its body): the items still end `cancelled`, the slots free up, the job finishes."""
     import asyncio
 
-    from sluicegate.jobs.worker import Outcome, Worker
+    from sluicegate.jobs.worker import ItemResult, Worker
 
     jobs = JobStore(store)
     job = make_job(jobs, 4)
     ran: list[str] = []
 
-    async def handler(body: str, ctx: object, _key: object) -> Outcome:
+    async def handler(body: str, ctx: object, _key: object) -> ItemResult:
         ran.append(body)
         await asyncio.Event().wait()  # never answers: only a cancel ends it
         raise AssertionError("unreachable")

@@ -10,8 +10,8 @@ from sluicegate.api.ratelimit_errors import refusal_error, unavailable_error
 from sluicegate.serving.errors import STATUS
 from sluicegate.tenancy.ratelimit import (
     BucketState,
+    BucketVerdict,
     Decision,
-    Outcome,
     go_duration,
     rate_limit_headers,
 )
@@ -81,7 +81,7 @@ def test_every_response_of_a_limited_key_carries_the_four_headers() -> None:
     full = rate_limit_headers(state_of(10_000.0, TokenLimit(burst=10_000, tpm=60_000)))
     assert full["X-RateLimit-Reset"] == "0" and full["x-ratelimit-reset-tokens"] == "0s"
     assert rate_limit_headers(None) == {}  # an unlimited key
-    unmetered = Decision(Outcome.UNMETERED, 10, 10_000, 0, 0, 0.0)
+    unmetered = Decision(BucketVerdict.UNMETERED, 10, 10_000, 0, 0, 0.0)
     assert rate_limit_headers(unmetered) == {}  # failing open: nothing to report
 
 
@@ -89,7 +89,7 @@ LIMIT = TokenLimit(burst=10_000, tpm=60_000)
 
 
 def test_a_limited_request_gets_429_with_the_real_wait_rounded_up() -> None:
-    d = decision_of(Outcome.LIMITED, 3000, 1200.0, LIMIT)  # 1,800 tokens short at 1,000 a second
+    d = decision_of(BucketVerdict.LIMITED, 3000, 1200.0, LIMIT)  # 1,800 tokens short at 1,000 a second
     err = refusal_error(d)
     assert (err.type, err.status, err.retry_after) == ("rate_limit_exceeded", 429, 2)
     assert err.headers["retry-after-ms"] == "1800"
@@ -101,20 +101,20 @@ def test_a_limited_request_gets_429_with_the_real_wait_rounded_up() -> None:
 
 
 def test_a_limited_request_of_a_key_in_debt_is_told_about_the_debt() -> None:
-    d = decision_of(Outcome.LIMITED, 1, -2000.0, LIMIT)
+    d = decision_of(BucketVerdict.LIMITED, 1, -2000.0, LIMIT)
     err = refusal_error(d)
     assert err.retry_after == 3 and err.headers["retry-after-ms"] == "2001"
     assert "owes 2000 tokens" in err.message and "2.001 s" in err.message
 
 
 def test_a_tiny_wait_is_still_a_wait() -> None:
-    d = decision_of(Outcome.LIMITED, 100, 100.0 - 1e-4, LIMIT)  # 0.1 us short
+    d = decision_of(BucketVerdict.LIMITED, 100, 100.0 - 1e-4, LIMIT)  # 0.1 us short
     err = refusal_error(d)
     assert err.retry_after == 1 and err.headers["retry-after-ms"] == "1"
 
 
 def test_a_request_above_the_capacity_gets_413_and_should_not_be_retried() -> None:
-    d = decision_of(Outcome.TOO_LARGE, 12_000, 10_000.0, LIMIT)
+    d = decision_of(BucketVerdict.TOO_LARGE, 12_000, 10_000.0, LIMIT)
     err = refusal_error(d, param="max_tokens")
     assert (err.type, err.status, err.param, err.retry_after) == ("request_exceeds_capacity", 413, "max_tokens", None)
     assert err.headers["x-should-retry"] == "false" and "retry-after-ms" not in err.headers
@@ -124,7 +124,7 @@ def test_a_request_above_the_capacity_gets_413_and_should_not_be_retried() -> No
 
 def test_an_admitted_decision_is_not_a_refusal() -> None:
     with pytest.raises(ValueError):
-        refusal_error(decision_of(Outcome.ADMITTED, 1, 9999.0, LIMIT))
+        refusal_error(decision_of(BucketVerdict.ADMITTED, 1, 9999.0, LIMIT))
 
 
 def test_an_unreachable_limiter_is_503_with_retry_after() -> None:

@@ -13,9 +13,9 @@ import pytest
 
 from sluicegate.config import RateLimitConfig
 from sluicegate.tenancy.ratelimit import (
+    BucketVerdict,
     FailOpen,
     InProcessRateLimiter,
-    Outcome,
     RateLimiterUnavailable,
     TokenBuckets,
     TokenLimit,
@@ -164,7 +164,7 @@ def test_fail_open_admits_unmetered_without_headers_and_logs_once_a_minute(caplo
     with caplog.at_level(logging.WARNING, logger="sluicegate.ratelimit"):
         first, second, settled, peeked = asyncio.run(calls())
         assert isinstance(first, Decision) and isinstance(second, Decision)
-        assert first.outcome is Outcome.UNMETERED and first.allowed and first.reserved == 0
+        assert first.outcome is BucketVerdict.UNMETERED and first.allowed and first.reserved == 0
         assert rate_limit_headers(first) == {} and settled is None and peeked is None
         assert down.calls == 4
         assert len(caplog.records) == 1 and "failing open" in caplog.records[0].getMessage()

@@ -15,8 +15,8 @@ import redis
 
 from sluicegate.config import RateLimitConfig
 from sluicegate.tenancy.ratelimit import (
+    BucketVerdict,
     FailOpen,
-    Outcome,
     RateLimiterUnavailable,
     TokenLimit,
     build_rate_limiter,
@@ -79,7 +79,7 @@ def test_the_configured_fail_open_admits_unmetered_when_redis_is_down() -> None:
     limiter = build_rate_limiter(RateLimitConfig(redis_url=f"redis://127.0.0.1:{closed_port()}/0", fail_open=True))
     assert isinstance(limiter, FailOpen)
     decision, settled, peeked = asyncio.run(every_call(limiter))
-    assert decision.outcome is Outcome.UNMETERED and decision.allowed and rate_limit_headers(decision) == {}
+    assert decision.outcome is BucketVerdict.UNMETERED and decision.allowed and rate_limit_headers(decision) == {}
     assert settled is None and peeked is None
 
 
@@ -92,7 +92,7 @@ def test_buckets_run_on_redis_time_and_replicas_see_one_bucket(redis_prefix: str
             before = server_time(r)
             d = await a.reserve("k", 4000, EXAMPLE)
             after = server_time(r)
-            assert d.outcome is Outcome.ADMITTED
+            assert d.outcome is BucketVerdict.ADMITTED
             seen = await b.peek("k", EXAMPLE)  # the other replica sees the reservation
             assert seen is not None and 6000 <= seen.remaining <= 6000 + 1000 * (server_time(r) - before) + 1
             stored_t = float(r.hget(redis_prefix + "k", "t")) / 1e6  # type: ignore[arg-type]

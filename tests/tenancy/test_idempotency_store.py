@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from sluicegate.store.db import Store
 from sluicegate.store.models import IdempotencyRecord
-from sluicegate.tenancy.idempotency import IdempotencyStore, Outcome, StoredAnswer
+from sluicegate.tenancy.idempotency import ClaimState, IdempotencyStore, StoredAnswer
 
 ANSWER = StoredAnswer(200, {"content-type": "application/json"}, b'{"text": "hi"}')
 TTL_S = 3600.0
@@ -56,16 +56,16 @@ def rows(store: Store) -> int:
 
 def test_claim_then_in_use_then_replay(idem: IdempotencyStore) -> None:
     first = idem.claim("key_a", "k1", "/v1/generate", "fp1")
-    assert first.outcome is Outcome.CLAIMED and first.owner and idem.held == 1
-    assert idem.claim("key_a", "k1", "/v1/generate", "fp1").outcome is Outcome.IN_USE
-    assert idem.claim("key_a", "k1", "/v1/generate", "fp2").outcome is Outcome.MISMATCH  # even while running
+    assert first.outcome is ClaimState.CLAIMED and first.owner and idem.held == 1
+    assert idem.claim("key_a", "k1", "/v1/generate", "fp1").outcome is ClaimState.IN_USE
+    assert idem.claim("key_a", "k1", "/v1/generate", "fp2").outcome is ClaimState.MISMATCH  # even while running
     assert idem.complete("key_a", "k1", first.owner, ANSWER)
     assert idem.held == 0
     again = idem.claim("key_a", "k1", "/v1/generate", "fp1")
-    assert again.outcome is Outcome.REPLAY and again.answer == ANSWER
-    assert idem.claim("key_a", "k1", "/v1/generate", "fp2").outcome is Outcome.MISMATCH
-    assert idem.claim("key_b", "k1", "/v1/generate", "fp2").outcome is Outcome.CLAIMED  # another API key's scope
-    assert idem.claim("", "k1", "/v1/generate", "fp1").outcome is Outcome.CLAIMED  # the auth-off scope
+    assert again.outcome is ClaimState.REPLAY and again.answer == ANSWER
+    assert idem.claim("key_a", "k1", "/v1/generate", "fp2").outcome is ClaimState.MISMATCH
+    assert idem.claim("key_b", "k1", "/v1/generate", "fp2").outcome is ClaimState.CLAIMED  # another API key's scope
+    assert idem.claim("", "k1", "/v1/generate", "fp1").outcome is ClaimState.CLAIMED  # the auth-off scope
 
 
 def test_a_remembered_answer_is_replayed_here_before_it_is_written(idem: IdempotencyStore, store: Store,
@@ -73,11 +73,11 @@ def test_a_remembered_answer_is_replayed_here_before_it_is_written(idem: Idempot
     claim = idem.claim("s", "k", "/v1/generate", "fp")
     idem.remember("s", "k", "fp", ANSWER)
     got = idem.claim("s", "k", "/v1/generate", "fp")
-    assert got.outcome is Outcome.REPLAY and got.answer == ANSWER  # this process: from memory
-    assert idem.claim("s", "k", "/v1/generate", "other").outcome is Outcome.MISMATCH
+    assert got.outcome is ClaimState.REPLAY and got.answer == ANSWER  # this process: from memory
+    assert idem.claim("s", "k", "/v1/generate", "other").outcome is ClaimState.MISMATCH
     elsewhere = IdempotencyStore(store, clock=clock)  # another replica on the same database: the claim is still running
     try:
-        assert elsewhere.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+        assert elsewhere.claim("s", "k", "/v1/generate", "fp").outcome is ClaimState.IN_USE
         assert idem.complete("s", "k", claim.owner, ANSWER)
         assert elsewhere.claim("s", "k", "/v1/generate", "fp").answer == ANSWER
     finally:
@@ -88,10 +88,10 @@ def test_a_remembered_answer_is_replayed_here_before_it_is_written(idem: Idempot
 def test_release_frees_the_key_and_only_the_holder_acts(idem: IdempotencyStore, store: Store) -> None:
     first = idem.claim("s", "k", "/v1/generate", "fp")
     assert not idem.release("s", "k", "someone-else") and not idem.complete("s", "k", "someone-else", ANSWER)
-    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is ClaimState.IN_USE
     assert idem.release("s", "k", first.owner) and rows(store) == 0
     second = idem.claim("s", "k", "/v1/generate", "fp-other")  # released: nothing remembered, any request runs
-    assert second.outcome is Outcome.CLAIMED
+    assert second.outcome is ClaimState.CLAIMED
     assert not idem.release("s", "k", first.owner)  # the first holder can no longer touch it
     assert idem.complete("s", "k", second.owner, ANSWER)
     assert not idem.release("s", "k", second.owner)  # an answer, once stored, stays until it expires
@@ -100,11 +100,11 @@ def test_release_frees_the_key_and_only_the_holder_acts(idem: IdempotencyStore, 
 def test_a_lapsed_lease_is_taken_over_by_the_same_request_only(idem: IdempotencyStore, clock: Clock) -> None:
     dead = idem.claim("s", "k", "/v1/generate", "fp")
     clock.advance(LEASE_S + 1)  # its process died: nobody renewed it
-    assert idem.claim("s", "k", "/v1/generate", "other").outcome is Outcome.MISMATCH
+    assert idem.claim("s", "k", "/v1/generate", "other").outcome is ClaimState.MISMATCH
     taken = idem.claim("s", "k", "/v1/generate", "fp")
-    assert taken.outcome is Outcome.CLAIMED and taken.owner != dead.owner
+    assert taken.outcome is ClaimState.CLAIMED and taken.owner != dead.owner
     assert not idem.complete("s", "k", dead.owner, ANSWER)  # the old holder cannot overwrite the new work
-    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is ClaimState.IN_USE
     assert idem.complete("s", "k", taken.owner, ANSWER)
 
 
@@ -113,7 +113,7 @@ def test_renewing_keeps_a_long_claim(idem: IdempotencyStore, clock: Clock) -> No
     for _ in range(5):  # five leases long, renewed every half lease
         clock.advance(LEASE_S / 2)
         assert idem.renew() == 1
-        assert idem.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
+        assert idem.claim("s", "k", "/v1/generate", "fp").outcome is ClaimState.IN_USE
     assert idem.complete("s", "k", claim.owner, ANSWER)
     assert idem.renew() == 0
 
@@ -123,7 +123,7 @@ def test_expired_keys_are_as_good_as_absent_and_pruned(idem: IdempotencyStore, s
     idem.complete("s", "old", done.owner, ANSWER)
     clock.advance(TTL_S + 1)
     fresh = idem.claim("s", "old", "/v1/generate", "another request")  # replaced in place
-    assert fresh.outcome is Outcome.CLAIMED
+    assert fresh.outcome is ClaimState.CLAIMED
     idem.release("s", "old", fresh.owner)
     for i in range(25):
         c = idem.claim("s", f"k{i}", "/v1/generate", "fp")
@@ -134,13 +134,13 @@ def test_expired_keys_are_as_good_as_absent_and_pruned(idem: IdempotencyStore, s
     clock.advance(TTL_S / 2 + 1)
     assert idem.prune(batch=10) == 25  # three batches of about ten
     assert rows(store) == 1
-    assert idem.claim("s", "young", "/v1/generate", "fp").outcome is Outcome.REPLAY
+    assert idem.claim("s", "young", "/v1/generate", "fp").outcome is ClaimState.REPLAY
     assert idem.prune() == 0
 
 
-def _race(stores: list[Store], key: str) -> list[Outcome]:
+def _race(stores: list[Store], key: str) -> list[ClaimState]:
     barrier = threading.Barrier(len(stores))
-    outcomes: list[Outcome] = []
+    outcomes: list[ClaimState] = []
 
     def claim(s: Store) -> None:
         idem = IdempotencyStore(s)
@@ -174,9 +174,9 @@ def test_without_on_conflict_the_constraint_still_decides(idem: IdempotencyStore
     """A database without INSERT ... ON CONFLICT: the plain insert's IntegrityError says the key exists."""
     idem._insert = None
     first = idem.claim("s", "k", "/v1/generate", "fp")
-    assert first.outcome is Outcome.CLAIMED
-    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is Outcome.IN_USE
-    assert idem.claim("s", "k", "/v1/generate", "other").outcome is Outcome.MISMATCH
+    assert first.outcome is ClaimState.CLAIMED
+    assert idem.claim("s", "k", "/v1/generate", "fp").outcome is ClaimState.IN_USE
+    assert idem.claim("s", "k", "/v1/generate", "other").outcome is ClaimState.MISMATCH
     assert idem.complete("s", "k", first.owner, ANSWER)
     assert idem.claim("s", "k", "/v1/generate", "fp").answer == ANSWER
 
@@ -195,14 +195,14 @@ def test_a_claim_at_once_never_waits_for_the_sqlite_write_lock(store: Store, ide
         other.rollback()
     assert rows(store) == 0
     first = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
-    assert first is not None and first.outcome is Outcome.CLAIMED and idem.held == 1
+    assert first is not None and first.outcome is ClaimState.CLAIMED and idem.held == 1
     with store.session() as s:  # written by the driver's connection as the store's engine writes it
         rec = s.get(IdempotencyRecord, ("key_a", "k1"))
         assert rec is not None and (rec.owner, rec.fingerprint, rec.route) == (first.owner, "fp1", "/v1/generate")
         assert (rec.created_at, rec.locked_until, rec.expires_at) == (
             clock.now, clock.now + dt.timedelta(seconds=LEASE_S), clock.now + dt.timedelta(seconds=TTL_S))
     again = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
-    assert again is not None and again.outcome is Outcome.IN_USE
+    assert again is not None and again.outcome is ClaimState.IN_USE
     with store.engine.connect() as other:  # the answer gives way too, changing nothing
         other.exec_driver_sql("BEGIN IMMEDIATE")
         assert idem.complete_at_once("key_a", "k1", first.owner, ANSWER) is None
@@ -211,7 +211,7 @@ def test_a_claim_at_once_never_waits_for_the_sqlite_write_lock(store: Store, ide
     assert idem.complete_at_once("key_a", "k1", first.owner, ANSWER) is True and idem.held == 0
     assert idem.complete_at_once("key_a", "k1", first.owner, ANSWER) is False  # no longer a running claim
     replayed = idem.claim_at_once("key_a", "k1", "/v1/generate", "fp1")
-    assert replayed is not None and replayed.outcome is Outcome.REPLAY and replayed.answer == ANSWER
+    assert replayed is not None and replayed.outcome is ClaimState.REPLAY and replayed.answer == ANSWER
 
 
 def test_claims_made_on_the_event_loop_follow_the_same_rules(store: Store, idem: IdempotencyStore,
@@ -223,24 +223,24 @@ def test_claims_made_on_the_event_loop_follow_the_same_rules(store: Store, idem:
     async def scenario() -> None:
         try:
             first = await idem.claim_here("key_a", "k1", "/v1/generate", "fp1")
-            assert first is not None and first.outcome is Outcome.CLAIMED and idem.held == 1
-            assert idem.claim("key_a", "k1", "/v1/generate", "fp1").outcome is Outcome.IN_USE
+            assert first is not None and first.outcome is ClaimState.CLAIMED and idem.held == 1
+            assert idem.claim("key_a", "k1", "/v1/generate", "fp1").outcome is ClaimState.IN_USE
             other = await idem.claim_here("key_a", "k1", "/v1/generate", "fp2")
-            assert other is not None and other.outcome is Outcome.MISMATCH
+            assert other is not None and other.outcome is ClaimState.MISMATCH
             assert idem.complete("key_a", "k1", first.owner, ANSWER)
             again = await idem.claim_here("key_a", "k1", "/v1/generate", "fp1")
-            assert again is not None and again.outcome is Outcome.REPLAY and again.answer == ANSWER
+            assert again is not None and again.outcome is ClaimState.REPLAY and again.answer == ANSWER
             clock.advance(TTL_S + 1)  # expired: the key is free again, claimed in place
             anew = await idem.claim_here("key_a", "k1", "/v1/generate", "fp2")
-            assert anew is not None and anew.outcome is Outcome.CLAIMED and rows(store) == 1
+            assert anew is not None and anew.outcome is ClaimState.CLAIMED and rows(store) == 1
             threaded = await asyncio.to_thread(idem.claim, "key_a", "k2", "/v1/generate", "fp1")
             seen = await idem.claim_here("key_a", "k2", "/v1/generate", "fp1")
-            assert threaded.outcome is Outcome.CLAIMED and seen is not None and seen.outcome is Outcome.IN_USE
+            assert threaded.outcome is ClaimState.CLAIMED and seen is not None and seen.outcome is ClaimState.IN_USE
             # the answer stored from the loop: only by the claim's holder, and the thread's claim replays it
             assert await idem.complete_here("key_a", "k2", "not-the-owner", ANSWER) is False
             assert await idem.complete_here("key_a", "k2", threaded.owner, ANSWER) is True
             replayed = idem.claim("key_a", "k2", "/v1/generate", "fp1")
-            assert replayed.outcome is Outcome.REPLAY and replayed.answer == ANSWER
+            assert replayed.outcome is ClaimState.REPLAY and replayed.answer == ANSWER
         finally:
             await idem.aclose()
 

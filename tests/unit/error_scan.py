@@ -6,7 +6,7 @@ Written by hand over `ast` (no library reads data flow this narrowly). What it f
   assigned from those or from a module-level dict's `.get(key, default)` (the dict's values and the default);
 - a `code` (or `type`) that is a parameter of the enclosing function: the literals its callers pass (in the same
   module, or a module that imports it by name), and its default;
-- a carrier class (an exception or dataclass with a `code` or `type` field, e.g. `Refusal`, `UnsafeUrl`,
+- a carrier class (an exception or dataclass with a `code` or `type` field, e.g. `FieldRefusal`, `UnsafeUrl`,
   `EngineOverloaded`, `UpstreamFailure`): the literals passed to its constructor, and its default;
 - an envelope written as a dict literal: `{"type": "...", "code": "...", ...}`.
 A `code` read from an attribute (`exc.code`) or a `type` that is not a literal must be named in `ATTRIBUTES`
@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sluicegate"
 
 # (module, expression) -> the carrier class whose `code` (or `type`) it reads
 ATTRIBUTES = {
-    ("api/batch_items.py", "refused.code"): "Refusal",
+    ("api/batch_items.py", "refused.code"): "FieldRefusal",
     ("api/routes/webhooks.py", "exc.code"): "UnsafeUrl",
     ("api/routes/admin_keys.py", "exc.code"): "InvalidKeyField",
     ("api/routes/admin_keys.py", "denied.code"): "NotGranted",

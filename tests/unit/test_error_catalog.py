@@ -33,7 +33,7 @@ def test_the_scan_follows_every_path_an_error_code_takes(emitted: error_scan.Sca
         ("invalid_request", "not_allowed"),  # a module-level dict's values (validation._CODES)
         ("invalid_request", "wrong_type"),  # that lookup's default
         ("deadline_too_short", "first_token"),  # a conditional
-        ("invalid_request", "unsupported_role"),  # a carrier class: Refusal
+        ("invalid_request", "unsupported_role"),  # a carrier class: FieldRefusal
         ("invalid_request", "url_unresolvable"),  # UnsafeUrl
         ("overloaded", "queue_full"),  # EngineOverloaded's default
         ("upstream_timeout", None),  # a type from a carrier: UpstreamFailure

@@ -20,18 +20,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from sluicegate.api.envelope import envelope, http_status
+from sluicegate.api.dialects import RENDERING
 from sluicegate.api.metering import from_runs
 from sluicegate.api.middleware.ratelimit import KeyAdmission
-from sluicegate.api.openai_errors import openai_envelope, openai_view
 from sluicegate.api.validation import openai_validation_error as validation_error
-from sluicegate.jobs.worker import Handler, Outcome
+from sluicegate.jobs.worker import Handler, ItemResult
 from sluicegate.protocol import openai_chat, openai_completions
 from sluicegate.protocol.openai_chat import ChatCompletionRequest
-from sluicegate.protocol.openai_common import Refusal
+from sluicegate.protocol.openai_common import FieldRefusal
 from sluicegate.protocol.openai_completions import CompletionRequest
 from sluicegate.refusal import Rejected
-from sluicegate.registry import CHAT, COMPLETIONS, PREDICTIONS
+from sluicegate.registry import CHAT, COMPLETIONS, PREDICTIONS, Dialect
 from sluicegate.serving import openai_chat as chat
 from sluicegate.serving import openai_completions as completions
 from sluicegate.serving import predictions
@@ -49,7 +48,7 @@ RETRY_LATER = frozenset({"overloaded", "shutting_down", "not_ready"})
 M = TypeVar("M", bound=BaseModel)
 
 
-def parse_openai(data: Any, schema: type[M], refuse: Callable[[Mapping[str, Any]], Refusal | None]) -> M:
+def parse_openai(data: Any, schema: type[M], refuse: Callable[[Mapping[str, Any]], FieldRefusal | None]) -> M:
     """A body parsed from JSON, read as the OpenAI-shaped routes (api/routes/openai.py `read_openai`) and their
     batch items read it: an object, its unsupported fields refused by name, then the schema."""
     if not isinstance(data, dict):
@@ -65,15 +64,15 @@ def parse_openai(data: Any, schema: type[M], refuse: Callable[[Mapping[str, Any]
 
 Served = Callable[[str | None], ServedModel]  # the model a request names (None: the default), as routes resolve it
 Parse = Callable[[Any], Any]  # an item's body, parsed from JSON, into the surface's request
-Refused = Callable[[Rejected, str], tuple[int, dict[str, Any]]]  # an error as its route answers it: status, body
 
 
-def _item(served: Served, parse: Parse, surface: Surface, refused: Refused, tenancy: Tenancy | None) -> Handler:
+def _item(served: Served, parse: Parse, surface: Surface, dialect: Dialect, tenancy: Tenancy | None) -> Handler:
     """An item as its route runs it: parsed, prepared (its key's monthly budget reserved, nothing else) and
     completed by the same adapter (serving/surface.py `answer` closes its runs), its error shaped as the route
-    sends it."""
+    sends it (the route's registry `dialect`: its status and its body, api/dialects.py)."""
+    rendering = RENDERING[dialect]
 
-    async def run(body: str, ctx: RequestContext, key: KeyRecord | None) -> Outcome:
+    async def run(body: str, ctx: RequestContext, key: KeyRecord | None) -> ItemResult:
         budget = None
         if tenancy is not None and key is not None and key.monthly_tokens is not None:
             budget = KeyAdmission(tenancy.limiter, key.id, None, tenancy.budgets, key.monthly_tokens)
@@ -83,10 +82,10 @@ def _item(served: Served, parse: Parse, surface: Surface, refused: Refused, tena
             model = served(req.model)  # the model the item names: local or an upstream's
             result, runs = await answer(surface, model, req, ctx, Admission(reservation=budget))
             used = from_runs(runs)
-            return Outcome(200, result.model_dump(mode="json"), used)
+            return ItemResult(200, result.model_dump(mode="json"), used)
         except Rejected as exc:
-            status, error = refused(exc, ctx.request_id)
-            return Outcome(503 if exc.type in RETRY_LATER else status, error)
+            status, error = rendering.status(exc), rendering.render_event(exc, ctx.request_id)
+            return ItemResult(503 if exc.type in RETRY_LATER else status, error)
         finally:
             if budget is not None:
                 await budget.settle(used)
@@ -94,22 +93,14 @@ def _item(served: Served, parse: Parse, surface: Surface, refused: Refused, tena
     return run
 
 
-def _openai(exc: Rejected, request_id: str) -> tuple[int, dict[str, Any]]:
-    return openai_view(exc)[0], openai_envelope(exc, request_id)
-
-
-def _native(exc: Rejected, request_id: str) -> tuple[int, dict[str, Any]]:
-    return http_status(exc), envelope(exc, request_id)
-
-
 def handlers(served: Served, tenancy: Tenancy | None = None) -> dict[str, Handler]:
     """A handler for each route batch items may run on (the route registry's `batch`), by its path; `tenancy`:
     the monthly budgets items reserve against (None: none)."""
     return {
         CHAT.path: _item(served, lambda data: parse_openai(data, ChatCompletionRequest, openai_chat.chat_refusal),
-                         chat, _openai, tenancy),
+                         chat, CHAT.dialect, tenancy),
         COMPLETIONS.path: _item(served, lambda data: parse_openai(data, CompletionRequest,
                                                                   openai_completions.completion_refusal),
-                                completions, _openai, tenancy),
-        PREDICTIONS.path: _item(served, predictions.parse, predictions, _native, tenancy),
+                                completions, COMPLETIONS.dialect, tenancy),
+        PREDICTIONS.path: _item(served, predictions.parse, predictions, PREDICTIONS.dialect, tenancy),
     }

@@ -66,7 +66,7 @@ from sluicegate.refusal import Rejected
 from sluicegate.serving.admission import Gate
 from sluicegate.serving.context import RequestContext
 from sluicegate.serving.errors import ApiError
-from sluicegate.tenancy.idempotency import Claim, IdempotencyStore, Outcome, StoredAnswer
+from sluicegate.tenancy.idempotency import Claim, ClaimState, IdempotencyStore, StoredAnswer
 
 log = logging.getLogger("sluicegate.idempotency")
 
@@ -166,17 +166,17 @@ class Held:
         t = time.perf_counter()
         try:
             claim = await self._claim_once()
-            if claim.outcome is Outcome.IN_USE:
+            if claim.outcome is ClaimState.IN_USE:
                 claim = await self._wait_for_holder()
         finally:
             self._ctx.record.stage("idempotency", t)
-        if claim.outcome is Outcome.CLAIMED:
+        if claim.outcome is ClaimState.CLAIMED:
             self._owner = claim.owner
             return
-        if claim.outcome is Outcome.REPLAY:
+        if claim.outcome is ClaimState.REPLAY:
             assert claim.answer is not None
             raise _Replay(replay(claim.answer))
-        if claim.outcome is Outcome.IN_USE:
+        if claim.outcome is ClaimState.IN_USE:
             raise ApiError("idempotency_key_in_use", f"a request with this {PARAM} is still running; retry after "
                            "Retry-After to get its answer", param=PARAM,
                            retry_after=self._tenancy.config.idempotency.retry_after_s)
@@ -203,11 +203,11 @@ class Held:
             wait_s = min(wait_s, self._ctx.deadline - time.monotonic() - 1.0)
         end = time.monotonic() + wait_s
         pause = 0.25
-        claim = Claim(Outcome.IN_USE)
+        claim = Claim(ClaimState.IN_USE)
         while (left := end - time.monotonic()) > 0:
             await asyncio.sleep(min(pause, left))
             claim = await self._claim_once()
-            if claim.outcome is not Outcome.IN_USE:
+            if claim.outcome is not ClaimState.IN_USE:
                 break
             pause = min(pause * 1.5, 1.0)
         return claim

@@ -1,7 +1,8 @@
 """The one lifecycle of a route that creates work: `parse -> prepare -> admit -> answer or stream -> close`.
 
 Every work route (generate, predictions, chat, completions, Messages, Responses) is this function with its own
-reader, surface (serving/surface.py) and error dialect:
+reader and surface (serving/surface.py); its error dialect is its route registry entry's (sluicegate/registry.py
+`Dialect`), written as api/dialects.py maps it:
 
 1. parse: the Idempotency-Key header (api/idempotency.py), then the route's `read` (content type, body,
    refusals by name, schema) and the served model;
@@ -15,45 +16,30 @@ reader, surface (serving/surface.py) and error dialect:
 4. close: the runs are closed here, and only here, when the answer or the stream ends, whatever happens.
 
 Refusals (`Rejected`: the serving layer's `ApiError` or any layer's) before the answer or the stream starts are
-rendered by the dialect's `render`; a stream's mid-way
-errors by its `render_event`.
+rendered by the dialect's `render`; a stream's mid-way errors by its `render_event`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request, Response
 from pydantic import BaseModel
 
-from sluicegate.api.detached import Render
+from sluicegate.api.dialects import rendering_of
 from sluicegate.api.disconnect import ClientDisconnected, unless_disconnected
-from sluicegate.api.envelope import envelope, error_response
 from sluicegate.api.idempotency import Held, begin, idempotency_key
 from sluicegate.api.metering import from_runs
 from sluicegate.api.middleware.ratelimit import reservation_of
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import json_reply
-from sluicegate.api.sse import OPENAI_FRAMING, Framing, sse_response
+from sluicegate.api.sse import sse_response
 from sluicegate.refusal import Rejected
 from sluicegate.serving.admission import Admission, Gate
 from sluicegate.serving.core import Runs
 from sluicegate.serving.models import ServedModel
 from sluicegate.serving.surface import Plan, StreamingSurface, Surface
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """How a surface's errors and streams are written."""
-
-    render: Render = error_response  # an error answered before the answer or the stream starts
-    render_event: Callable[[Rejected, str], dict[str, Any]] = envelope  # a stream's error event
-    framing: Framing = OPENAI_FRAMING  # a stream's events
-
-
-NATIVE = Dialect()
 
 Read = Callable[[], Awaitable[tuple[Any, ServedModel]]]  # the parsed request and the model it names
 # done with a whole answer before it is sent (a stored prediction): the answer to send, which says so when keeping
@@ -69,11 +55,11 @@ async def _closing(items: AsyncIterator[BaseModel | str | None], runs: Runs) -> 
         runs.close()
 
 
-async def serve(request: Request, read: Read, surface: Surface, dialect: Dialect = NATIVE, *,
-                keep: Keep | None = None) -> Response:
+async def serve(request: Request, read: Read, surface: Surface, *, keep: Keep | None = None) -> Response:
     """The lifecycle (module doc) of one work request."""
     ctx = context_of(request.scope)
-    render = dialect.render
+    rendering = rendering_of(request.scope)  # the route registry's dialect for this path
+    render = rendering.render
     held: Held | None = None
     reservation = reservation_of(request.scope)
     try:
@@ -100,9 +86,9 @@ async def serve(request: Request, read: Read, surface: Surface, dialect: Dialect
         assert isinstance(surface, StreamingSurface)
         items = _closing(surface.stream(model, plan, ctx), runs)
         if held is not None:
-            return held.stream(items, dialect.render_event, dialect.framing)
-        return sse_response(items, request_id=ctx.request_id, render_error=dialect.render_event,
-                            on_close=runs.close, framing=dialect.framing)
+            return held.stream(items, rendering.render_event, rendering.framing)
+        return sse_response(items, request_id=ctx.request_id, render_error=rendering.render_event,
+                            on_close=runs.close, framing=rendering.framing)
 
     async def finish() -> Response:
         try:
@@ -125,4 +111,4 @@ async def serve(request: Request, read: Read, surface: Surface, dialect: Dialect
         runs.close()  # also when the client left before `finish` ever ran
 
 
-__all__ = ["NATIVE", "Dialect", "serve"]
+__all__ = ["serve"]

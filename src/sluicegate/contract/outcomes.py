@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-Outcome = tuple[int, str]
+ProbeExpectation = tuple[int, str]  # the (status, error type) a surface is expected to answer a probe case with
 
-NATIVE_EXPECT: Mapping[str, Outcome] = {
+NATIVE_EXPECT: Mapping[str, ProbeExpectation] = {
     "malformed": (400, "invalid_json"),
     "invalid": (422, "invalid_request"),
     "media_type": (415, "unsupported_media_type"),
@@ -18,8 +18,8 @@ NATIVE_EXPECT: Mapping[str, Outcome] = {
 }
 
 
-def dialect_outcomes(invalid: Outcome, *, media_type: Outcome, too_large: Outcome,
-                     no_model: Outcome) -> Mapping[str, Outcome]:
+def dialect_outcomes(invalid: ProbeExpectation, *, media_type: ProbeExpectation, too_large: ProbeExpectation,
+                     no_model: ProbeExpectation) -> Mapping[str, ProbeExpectation]:
     """A dialect's outcomes, where one (status, type) answers malformed JSON, an invalid field and a prompt that
     does not fit alike (OpenAI's and Anthropic's `invalid_request_error`)."""
     return {"malformed": invalid, "invalid": invalid, "media_type": media_type, "too_large": too_large,

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluicegate.contract.outcomes import NATIVE_EXPECT
+from sluicegate.contract.outcomes import NATIVE_EXPECT, ProbeExpectation
 
 MARKER = "zqx7-probe-marker"  # placed in probe bodies; a response that contains it echoed the input
 WEATHER_SCHEMA: dict[str, Any] = {  # the one tool's arguments schema, in each surface's tool shape
@@ -142,7 +142,7 @@ def json_body_probes(t: Target) -> list[Probe]:
     bad, inv, mt = t.expect["malformed"], t.expect["invalid"], t.expect["media_type"]
     tf = t.tokens
 
-    def probe(case: str, body: Body, outcome: tuple[int, str] | None, note: str, **kw: Any) -> Probe:
+    def probe(case: str, body: Body, outcome: ProbeExpectation | None, note: str, **kw: Any) -> Probe:
         status, etype = outcome if outcome is not None else (200, None)
         return Probe(
             f"{s}:{case}",
@@ -295,7 +295,7 @@ def native_probes(opts: ProbeOptions) -> list[Probe]:
     t = native_target(opts)
     inv = t.expect["invalid"]
 
-    def probe(case: str, body: bytes, outcome: tuple[int, str] | None, note: str, **kw: Any) -> Probe:
+    def probe(case: str, body: bytes, outcome: ProbeExpectation | None, note: str, **kw: Any) -> Probe:
         status, etype = outcome if outcome is not None else (200, None)
         return Probe(
             f"native:{case}", "POST", t.path, body, expect_status=status, expect_type=etype, note=note, **kw

@@ -32,6 +32,10 @@ _NORMAL = (FinishReason.EOS, FinishReason.LENGTH, FinishReason.STOP)
 
 
 class DeadlineAdmission:
+    """The engine's judge of whether a request can meet its deadline at the present load, with what it keeps to
+    judge the next (not serving/admission.py's `Admission`: a request's reservation and gate, passed before
+    the engine sees it)."""
+
     def __init__(self, n_slots: int) -> None:
         self.throughput = Throughput()  # calibrated at load (`Engine.calibrate`), corrected after every step
         # request id -> (when it is forecast to end as of the last admission that counted it, seconds a step, new

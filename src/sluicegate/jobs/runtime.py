@@ -14,7 +14,7 @@ from sluicegate.jobs.files import FileStore
 from sluicegate.jobs.output import render_files
 from sluicegate.jobs.states import EVENTS
 from sluicegate.jobs.store import JobStore
-from sluicegate.jobs.worker import Handler, Outcome, Worker
+from sluicegate.jobs.worker import Handler, ItemResult, Worker
 from sluicegate.registry import jobs_route
 from sluicegate.store.db import Store
 from sluicegate.store.models import BatchJob
@@ -67,7 +67,7 @@ class JobsRuntime:
         if self.worker is not None:
             self.worker.cancel_job(job_id)
 
-    def _usage(self, key_id: str | None, endpoint: str, outcome: Outcome, request_id: str) -> None:
+    def _usage(self, key_id: str | None, endpoint: str, outcome: ItemResult, request_id: str) -> None:
         u = outcome.usage  # under the route that made the job (the route registry's `jobs`)
         self.ledger.record(key_id, jobs_route(endpoint), u.prompt_tokens, u.cached_tokens, u.generated_tokens,
                            outcome.status_code, request_id=request_id)

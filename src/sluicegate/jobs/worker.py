@@ -51,7 +51,7 @@ RETRY_STATUS = 503  # an item's outcome meaning "not now": handed back, not fail
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class ItemResult:
     """What one item's request came to: its HTTP status and body as the surface would have answered."""
 
     status_code: int
@@ -64,7 +64,7 @@ class Outcome:
 
 
 # (the body as JSON text, its context, the job's key as the store holds it now; None when auth is off)
-Handler = Callable[[str, RequestContext, KeyRecord | None], Awaitable[Outcome]]
+Handler = Callable[[str, RequestContext, KeyRecord | None], Awaitable[ItemResult]]
 Finalizer = Callable[[BatchJob], tuple[str | None, str | None]]  # the job's output and error file ids
 
 
@@ -77,7 +77,7 @@ class _Running:
 
 class Worker:
     def __init__(self, jobs: JobStore, handlers: Mapping[str, Handler], *, slots: int, lease_s: float,
-                 poll_s: float, finalizer: Finalizer, on_usage: Callable[[str | None, str, Outcome, str], None],
+                 poll_s: float, finalizer: Finalizer, on_usage: Callable[[str | None, str, ItemResult, str], None],
                  on_final: Callable[[BatchJob, str], None], validating_timeout_s: float = 600.0,
                  discard: Callable[[str], None] = lambda _file_id: None) -> None:
         """`on_final(job, final state)` announces a job's end; `discard(file id)` deletes an output file
@@ -326,7 +326,7 @@ class Worker:
             self.on_usage(key_id, endpoint, outcome, ctx.request_id)
 
     async def _write(self, lease: Lease, state: str, status: int | None, body: Any,
-                     outcome: Outcome | None = None) -> bool:
+                     outcome: ItemResult | None = None) -> bool:
         u = outcome.usage if outcome is not None else TokenUsage()
         if (running := self._running.get(lease.id)) is not None:
             running.writing = True

@@ -13,7 +13,7 @@ from pydantic.config import JsonDict, JsonValue
 
 from sluicegate.protocol.common import ModelName, ResponseModel, StrictModel
 from sluicegate.protocol.openai_chat import FunctionName, JsonSchema
-from sluicegate.protocol.openai_common import Refusal, StopField, each_refusal, refusal
+from sluicegate.protocol.openai_common import FieldRefusal, StopField, each_refusal, refusal
 from sluicegate.protocol.rules import NOT_NULL, NULL_OR_EMPTY, present, request_schema, when
 
 # -- content blocks ----------------------------------------------------------------------------------------
@@ -198,16 +198,16 @@ _CHOICE_FIELDS: Mapping[str, tuple[str, ...]] = {
 }
 
 
-def _blocks_refusal(blocks: Any, where: str, kinds: tuple[str, ...]) -> Refusal | None:
+def _blocks_refusal(blocks: Any, where: str, kinds: tuple[str, ...]) -> FieldRefusal | None:
     """The first content block of a type this server does not take, or with a field it does not take."""
 
-    def block_refusal(block: Mapping[str, Any], here: str) -> Refusal | None:
+    def block_refusal(block: Mapping[str, Any], here: str) -> FieldRefusal | None:
         kind = block.get("type")
         if not isinstance(kind, str):
             return None
         if kind not in kinds:
-            return Refusal(f"{here}.type", "unsupported_content",
-                           f"{here}.type is not supported here; supported block types: " + ", ".join(kinds))
+            return FieldRefusal(f"{here}.type", "unsupported_content",
+                                f"{here}.type is not supported here; supported block types: " + ", ".join(kinds))
         r = refusal(block, here, _BLOCK_FIELDS[kind], _BLOCK_UNSUPPORTED)
         if r is None and kind == "tool_result":
             r = _blocks_refusal(block.get("content"), f"{here}.content", ("text",))
@@ -216,35 +216,35 @@ def _blocks_refusal(blocks: Any, where: str, kinds: tuple[str, ...]) -> Refusal 
     return each_refusal(blocks, where, block_refusal)
 
 
-def _message_refusal(msg: Mapping[str, Any], where: str) -> Refusal | None:
+def _message_refusal(msg: Mapping[str, Any], where: str) -> FieldRefusal | None:
     role = msg.get("role")
     if isinstance(role, str) and role not in _ROLES:
-        return Refusal(f"{where}.role", "unsupported_role", f"{where}.role is not supported; "
-                       "supported roles: user, assistant (the system prompt is the field `system`)")
+        return FieldRefusal(f"{where}.role", "unsupported_role", f"{where}.role is not supported; "
+                            "supported roles: user, assistant (the system prompt is the field `system`)")
     return (refusal(msg, where, ("role", "content"))
             or _blocks_refusal(msg.get("content"), f"{where}.content", tuple(_BLOCK_FIELDS)))
 
 
-def _tool_refusal(tool: Mapping[str, Any], where: str) -> Refusal | None:
+def _tool_refusal(tool: Mapping[str, Any], where: str) -> FieldRefusal | None:
     kind = tool.get("type")
     if isinstance(kind, str) and kind != "custom":
-        return Refusal(f"{where}.type", "unsupported_tool",
-                       f"{where}.type is not supported (no server tools); supported: custom")
+        return FieldRefusal(f"{where}.type", "unsupported_tool",
+                            f"{where}.type is not supported (no server tools); supported: custom")
     return refusal(tool, where, _TOOL_FIELDS, _TOOL_UNSUPPORTED)
 
 
-def _choice_refusal(choice: Any) -> Refusal | None:
+def _choice_refusal(choice: Any) -> FieldRefusal | None:
     kind = choice.get("type") if isinstance(choice, dict) else None
     if isinstance(kind, str) and kind in _CHOICE_FIELDS:
         return refusal(choice, "tool_choice", _CHOICE_FIELDS[kind])
     return None
 
 
-def _metadata_refusal(metadata: Any) -> Refusal | None:
+def _metadata_refusal(metadata: Any) -> FieldRefusal | None:
     return refusal(metadata, "metadata", ("user_id",)) if isinstance(metadata, dict) else None
 
 
-def messages_refusal(body: Mapping[str, Any], fields: tuple[str, ...] = MESSAGES_FIELDS) -> Refusal | None:
+def messages_refusal(body: Mapping[str, Any], fields: tuple[str, ...] = MESSAGES_FIELDS) -> FieldRefusal | None:
     """The first parameter of a raw Messages request this server will not take, named, with what it takes."""
     return (refusal(body, "", fields, UNSUPPORTED)
             or _blocks_refusal(body.get("system"), "system", ("text",))
@@ -254,7 +254,7 @@ def messages_refusal(body: Mapping[str, Any], fields: tuple[str, ...] = MESSAGES
             or _choice_refusal(body.get("tool_choice")))
 
 
-def count_tokens_refusal(body: Mapping[str, Any]) -> Refusal | None:
+def count_tokens_refusal(body: Mapping[str, Any]) -> FieldRefusal | None:
     return messages_refusal(body, COUNT_FIELDS)
 
 

@@ -12,10 +12,10 @@ from sluicegate.protocol.common import ModelName, ResponseModel, StrictModel
 from sluicegate.protocol.openai_common import (
     MAX_N,
     MAX_SEED,
+    FieldRefusal,
     FinishReason,
     LogitBias,
     OpenAIUsage,
-    Refusal,
     Stop,
     StreamOptions,
     TokenLogprob,
@@ -239,21 +239,21 @@ _MESSAGE_UNSUPPORTED = {
 _TOOL_CHOICE_STRINGS = ("none", "auto", "required")
 
 
-def _part_refusal(part: Mapping[str, Any], where: str) -> Refusal | None:
+def _part_refusal(part: Mapping[str, Any], where: str) -> FieldRefusal | None:
     kind = part.get("type")
     if isinstance(kind, str) and kind != "text":
-        return Refusal(f"{where}.type", "unsupported_content",
-                       f"{where}.type is not supported; supported part types: text")
+        return FieldRefusal(f"{where}.type", "unsupported_content",
+                            f"{where}.type is not supported; supported part types: text")
     return refusal(part, where, ("type", "text"))
 
 
-def _message_refusal(msg: Mapping[str, Any], where: str) -> Refusal | None:
+def _message_refusal(msg: Mapping[str, Any], where: str) -> FieldRefusal | None:
     role = msg.get("role")
     if not isinstance(role, str):
         return None
     if role not in _MESSAGE_FIELDS:
         why = "deprecated; use tool" if role == "function" else "no such role"
-        return Refusal(
+        return FieldRefusal(
             f"{where}.role",
             "unsupported_role",
             f"{where}.role is not supported ({why}); supported roles: " + ", ".join(_MESSAGE_FIELDS),
@@ -262,37 +262,38 @@ def _message_refusal(msg: Mapping[str, Any], where: str) -> Refusal | None:
             or each_refusal(msg.get("content"), f"{where}.content", _part_refusal))
 
 
-def _tool_refusal(tool: Mapping[str, Any], where: str) -> Refusal | None:
+def _tool_refusal(tool: Mapping[str, Any], where: str) -> FieldRefusal | None:
     if tool.get("type") not in (None, "function"):
-        return Refusal(f"{where}.type", "unsupported_tool",
-                       f"{where}.type is not supported; supported tool types: function")
+        return FieldRefusal(f"{where}.type", "unsupported_tool",
+                            f"{where}.type is not supported; supported tool types: function")
     r = refusal(tool, where, ("type", "function"))
     if r is None and isinstance(fn := tool.get("function"), dict):
         r = refusal(fn, f"{where}.function", ("name", "description", "parameters", "strict"))
     return r
 
 
-def _format_refusal(fmt: Any) -> Refusal | None:
+def _format_refusal(fmt: Any) -> FieldRefusal | None:
     if not isinstance(fmt, dict):
         return None
     kind = fmt.get("type")
     if isinstance(kind, str) and kind not in ("text", "json_object", "json_schema"):
-        return Refusal("response_format.type", "unsupported_value",
-                       "response_format.type is not supported; supported: text, json_object, json_schema")
+        return FieldRefusal("response_format.type", "unsupported_value",
+                            "response_format.type is not supported; supported: text, json_object, json_schema")
     r = refusal(fmt, "response_format", ("type", "json_schema") if kind == "json_schema" else ("type",))
     if r is None and isinstance(js := fmt.get("json_schema"), dict):
         r = refusal(js, "response_format.json_schema", ("name", "description", "schema", "strict"))
     return r
 
 
-def _choice_refusal(choice: Any) -> Refusal | None:
+def _choice_refusal(choice: Any) -> FieldRefusal | None:
     if isinstance(choice, dict) and choice.get("type") not in (None, "function"):
-        return Refusal("tool_choice.type", "unsupported_tool_choice",
-                       "tool_choice.type is not supported; supported: 'none', 'auto', 'required', or a named function")
+        return FieldRefusal(
+            "tool_choice.type", "unsupported_tool_choice",
+            "tool_choice.type is not supported; supported: 'none', 'auto', 'required', or a named function")
     return None
 
 
-def chat_refusal(body: Mapping[str, Any]) -> Refusal | None:
+def chat_refusal(body: Mapping[str, Any]) -> FieldRefusal | None:
     """The first parameter of a raw chat request this server will not take, named, with what it takes."""
     return (refusal(body, "", CHAT_FIELDS, UNSUPPORTED)
             or each_refusal(body.get("messages"), "messages", _message_refusal)

@@ -31,9 +31,12 @@ LogitBias = Annotated[
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
+class FieldRefusal:
     """A field the server will not take: `code` is `invalid_request`'s code for it (`unsupported_parameter`,
-    `unknown_field`, `unsupported_value`, ...: src/sluicegate/errorcatalog/invalid_request.py)."""
+    `unknown_field`, `unsupported_value`, ...: src/sluicegate/errorcatalog/invalid_request.py).
+
+    Not a `sluicegate.refusal.Rejected`: a finding the raw-JSON check returns (its type always `invalid_request`),
+    which the route raises as its error only after the check (api/batch_items.py `parse_openai`)."""
 
     param: str | None
     code: str
@@ -50,7 +53,7 @@ def refusal(
     where: str,
     supported: Sequence[str],
     unsupported: Mapping[str, str] | None = None,
-) -> Refusal | None:
+) -> FieldRefusal | None:
     """The first field of `obj` that is not in `supported`, as a refusal naming it; None when all are fine.
 
     `unsupported` maps known-but-unimplemented names to the reason; `where` prefixes the param path. A key
@@ -62,25 +65,25 @@ def refusal(
         param = plain(f"{where}.{key}" if where else key)
         takes = ", ".join(supported)
         if unsupported and key in unsupported:
-            return Refusal(
+            return FieldRefusal(
                 param,
                 "unsupported_parameter",
                 f"{param} is not supported by this server ({unsupported[key]}); supported: {takes}",
             )
         if param is None:
             place = f" in {where}" if where else ""
-            return Refusal(
+            return FieldRefusal(
                 None,
                 "unknown_field",
                 f"an unknown parameter{place} (its name is not repeated); supported: {takes}",
             )
-        return Refusal(param, "unknown_field", f"unknown parameter {param!r}; supported: {takes}")
+        return FieldRefusal(param, "unknown_field", f"unknown parameter {param!r}; supported: {takes}")
     return None
 
 
 def each_refusal(
-    items: Any, where: str, check: Callable[[Mapping[str, Any], str], Refusal | None]
-) -> Refusal | None:
+    items: Any, where: str, check: Callable[[Mapping[str, Any], str], FieldRefusal | None]
+) -> FieldRefusal | None:
     """The first refusal `check` gives for an object in the list `items`, each named `where[i]`; None when all
     are fine. What is not a list, or not an object in it, is left to the schema."""
     if not isinstance(items, list):
@@ -94,7 +97,7 @@ def each_refusal(
 _STREAM_UNSUPPORTED = {"include_obfuscation": "no obfuscation padding is sent"}
 
 
-def stream_options_refusal(body: Mapping[str, Any]) -> Refusal | None:
+def stream_options_refusal(body: Mapping[str, Any]) -> FieldRefusal | None:
     """A field of `stream_options` that chat and completions do not take."""
     opts = body.get("stream_options")
     return refusal(opts, "stream_options", ("include_usage",), _STREAM_UNSUPPORTED) if isinstance(opts, dict) else None

@@ -13,9 +13,9 @@ from sluicegate.protocol.openai_chat import ResponseFormat
 from sluicegate.protocol.openai_common import (
     MAX_N,
     MAX_SEED,
+    FieldRefusal,
     LogitBias,
     OpenAIUsage,
-    Refusal,
     Stop,
     StreamOptions,
     refusal,
@@ -104,7 +104,7 @@ COMPLETION_FIELDS = tuple(CompletionRequest.model_fields)
 UNSUPPORTED: Mapping[str, str] = {"best_of": "no server-side ranking; use n"}
 
 
-def completion_refusal(body: Mapping[str, Any]) -> Refusal | None:
+def completion_refusal(body: Mapping[str, Any]) -> FieldRefusal | None:
     return refusal(body, "", COMPLETION_FIELDS, UNSUPPORTED) or stream_options_refusal(body)
 
 

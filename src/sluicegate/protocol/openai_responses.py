@@ -13,7 +13,7 @@ from pydantic import Discriminator, Field, StringConstraints, Tag
 
 from sluicegate.protocol.common import ResponseModel, StrictModel
 from sluicegate.protocol.openai_chat import FunctionName, JsonSchema
-from sluicegate.protocol.openai_common import Refusal, each_refusal, refusal
+from sluicegate.protocol.openai_common import FieldRefusal, each_refusal, refusal
 
 ID_PATTERN = r"^resp_[0-9a-f]{24}$"
 MAX_ITEMS = 1024
@@ -197,48 +197,49 @@ _ITEM_UNSUPPORTED = {
 _PART_TYPES = ("input_text", "output_text")
 
 
-def _part_refusal(part: Mapping[str, Any], where: str) -> Refusal | None:
+def _part_refusal(part: Mapping[str, Any], where: str) -> FieldRefusal | None:
     ptype = part.get("type")
     if isinstance(ptype, str) and ptype not in _PART_TYPES:
-        return Refusal(f"{where}.type", "unsupported_content",
-                       f"{where}.type is not supported (text only); supported part types: " + ", ".join(_PART_TYPES))
+        return FieldRefusal(
+            f"{where}.type", "unsupported_content",
+            f"{where}.type is not supported (text only); supported part types: " + ", ".join(_PART_TYPES))
     fields = ("type", "text") if ptype == "input_text" else ("type", "text", "annotations", "logprobs")
     return refusal(part, where, fields)
 
 
-def _item_refusal(item: Mapping[str, Any], where: str) -> Refusal | None:
+def _item_refusal(item: Mapping[str, Any], where: str) -> FieldRefusal | None:
     kind = item.get("type", "message")
     if not isinstance(kind, str):
         return None
     if kind not in ITEM_FIELDS:
         why = _ITEM_UNSUPPORTED.get(kind, "no built-in tools" if kind.endswith("_call") or
                                     kind.endswith("_output") else "no such item type")
-        return Refusal(f"{where}.type", "unsupported_value",
-                       f"{where}.type is not supported ({why}); supported item types: " + ", ".join(ITEM_FIELDS))
+        return FieldRefusal(f"{where}.type", "unsupported_value",
+                            f"{where}.type is not supported ({why}); supported item types: " + ", ".join(ITEM_FIELDS))
     r = refusal(item, where, ITEM_FIELDS[kind])
     if r is None and kind == "message":
         r = each_refusal(item.get("content"), f"{where}.content", _part_refusal)
     return r
 
 
-def _tool_refusal(tool: Mapping[str, Any], where: str) -> Refusal | None:
+def _tool_refusal(tool: Mapping[str, Any], where: str) -> FieldRefusal | None:
     kind = tool.get("type")
     if isinstance(kind, str) and kind != "function":
-        return Refusal(f"{where}.type", "unsupported_tool",
-                       f"{where}.type is not supported (no built-in tools); supported tool types: function")
+        return FieldRefusal(f"{where}.type", "unsupported_tool",
+                            f"{where}.type is not supported (no built-in tools); supported tool types: function")
     return refusal(tool, where, tuple(FunctionTool.model_fields))
 
 
-def _choice_refusal(choice: Any) -> Refusal | None:
+def _choice_refusal(choice: Any) -> FieldRefusal | None:
     if not isinstance(choice, dict):
         return None
     if choice.get("type") != "function":
-        return Refusal("tool_choice.type", "unsupported_tool_choice", "tool_choice.type is not supported; "
-                       "supported: 'none', 'auto', 'required', or {type: function, name}")
+        return FieldRefusal("tool_choice.type", "unsupported_tool_choice", "tool_choice.type is not supported; "
+                            "supported: 'none', 'auto', 'required', or {type: function, name}")
     return refusal(choice, "tool_choice", ("type", "name"))
 
 
-def _text_refusal(text: Any) -> Refusal | None:
+def _text_refusal(text: Any) -> FieldRefusal | None:
     if not isinstance(text, dict):
         return None
     r = refusal(text, "text", ("format",), {"verbosity": "a model's reasoning is its own, not set per request"})
@@ -247,20 +248,21 @@ def _text_refusal(text: Any) -> Refusal | None:
         return r
     kind = fmt.get("type")
     if isinstance(kind, str) and kind not in ("text", "json_object", "json_schema"):
-        return Refusal("text.format.type", "unsupported_value",
-                       "text.format.type is not supported; supported: text, json_object, json_schema")
+        return FieldRefusal("text.format.type", "unsupported_value",
+                            "text.format.type is not supported; supported: text, json_object, json_schema")
     fields = ("type", "name", "schema", "description", "strict") if kind == "json_schema" else ("type",)
     return refusal(fmt, "text.format", fields)
 
 
-def _include_refusal(include: Any) -> Refusal | None:
+def _include_refusal(include: Any) -> FieldRefusal | None:
     if isinstance(include, list) and include:
-        return Refusal("include", "unsupported_value",
-                       "include is not supported: this server has no extra output to include; send [] or leave it out")
+        return FieldRefusal(
+            "include", "unsupported_value",
+            "include is not supported: this server has no extra output to include; send [] or leave it out")
     return None
 
 
-def responses_refusal(body: Mapping[str, Any]) -> Refusal | None:
+def responses_refusal(body: Mapping[str, Any]) -> FieldRefusal | None:
     """The first parameter of a raw Responses request this server will not take, named, with what it takes."""
     items = body.get("input")
     return (refusal(body, "", RESPONSE_FIELDS, UNSUPPORTED)

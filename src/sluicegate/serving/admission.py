@@ -46,7 +46,8 @@ Gate = Callable[[], Awaitable[None]]  # passed before the engine sees work, or r
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """The reservation and the gate of one request (either may be absent), passed to the serving core."""
+    """The reservation and the gate of one request (either may be absent), passed to the serving core (not
+    engine/admission.py's `DeadlineAdmission`: the engine's own judgement of a deadline against the load)."""
 
     reservation: Reservation | None = None
     gate: Gate | None = None

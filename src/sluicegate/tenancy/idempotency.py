@@ -79,7 +79,9 @@ T = TypeVar("T")
 ClaimSteps = Generator[tuple[str, dict[str, Any]], Any, "Claim"]
 
 
-class Outcome(enum.Enum):
+class ClaimState(enum.Enum):
+    """Where an Idempotency-Key stands for the request that claims it (`Claim.outcome`)."""
+
     CLAIMED = "claimed"  # this request holds the key: run the work, then complete() or release()
     REPLAY = "replay"  # the key's answer is stored: send it again
     IN_USE = "in_use"  # another request holds the key and is still running
@@ -97,7 +99,7 @@ class StoredAnswer:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    outcome: Outcome
+    outcome: ClaimState
     owner: str = ""  # CLAIMED: the token complete() and release() need
     answer: StoredAnswer | None = None  # REPLAY: what to send
 
@@ -261,7 +263,7 @@ class IdempotencyStore:
             remembered = self._answers.get((scope, key))
         if remembered is not None:
             same = remembered[0] == fingerprint
-            return Claim(Outcome.REPLAY, answer=remembered[1]) if same else Claim(Outcome.MISMATCH)
+            return Claim(ClaimState.REPLAY, answer=remembered[1]) if same else Claim(ClaimState.MISMATCH)
         owner = secrets.token_hex(16)
         this = {"b_scope": scope, "b_key": key}
         for _ in range(8):  # each round ends unless another request changed the row in between
@@ -276,19 +278,19 @@ class IdempotencyStore:
             expires_at = _utc(row.expires_at)
             same = row.fingerprint == fingerprint
             if expires_at > now and not same:
-                return Claim(Outcome.MISMATCH)
+                return Claim(ClaimState.MISMATCH)
             if expires_at > now and row.status is not None:
                 answer = StoredAnswer(row.status, json.loads(row.headers or "{}"), bytes(row.body or b""))
-                return Claim(Outcome.REPLAY, answer=answer)
+                return Claim(ClaimState.REPLAY, answer=answer)
             if expires_at > now and _utc(row.locked_until) > now:
-                return Claim(Outcome.IN_USE)
+                return Claim(ClaimState.IN_USE)
             # expired, or an abandoned claim of this same request: take it over, if nobody else did first
             if (yield "take_over", {**this, "b_owner": row.owner, **fresh}) == 1:
                 if expires_at > now:
                     log.warning("idempotency key of %s: took over a claim abandoned by its holder",
                                 scope or "(no key)")
                 return self._hold(owner, scope, key)
-        return Claim(Outcome.IN_USE)  # lost every race: the client retries after Retry-After
+        return Claim(ClaimState.IN_USE)  # lost every race: the client retries after Retry-After
 
     def complete(self, scope: str, key: str, owner: str, answer: StoredAnswer) -> bool:
         """Store the answer of the holder's claim; False when the claim is no longer its own."""
@@ -415,7 +417,7 @@ class IdempotencyStore:
     def _hold(self, owner: str, scope: str, key: str) -> Claim:
         with self._lock:
             self._held[owner] = (scope, key)
-        return Claim(Outcome.CLAIMED, owner=owner)
+        return Claim(ClaimState.CLAIMED, owner=owner)
 
     def _drop(self, owner: str) -> None:
         with self._lock:
@@ -442,4 +444,4 @@ async def maintain(idem: IdempotencyStore, *, prune_every_s: float) -> None:
                         type(exc).__name__, every)
 
 
-__all__ = ["Claim", "IdempotencyStore", "Outcome", "StoredAnswer", "maintain"]
+__all__ = ["Claim", "ClaimState", "IdempotencyStore", "StoredAnswer", "maintain"]

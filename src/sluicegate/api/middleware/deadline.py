@@ -15,16 +15,15 @@ from collections.abc import Mapping
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sluicegate.api.envelope import error_response
+from sluicegate.api.dialects import RENDERING
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.config import DeadlineConfig
 from sluicegate.registry import ROUTES, Dialect
 from sluicegate.serving import deadline
 from sluicegate.serving.errors import ApiError
 
-# the POST routes that read the headers -> their errors' dialect (Anthropic's: the envelope, which
-# api/anthropic_errors.py re-renders)
+# the POST routes that read the headers -> their errors' dialect (written as api/dialects.py maps it; Anthropic's:
+# the envelope, which api/anthropic_errors.py re-renders)
 _DIALECTS: Mapping[str, Dialect] = {r.path: r.dialect for r in ROUTES if r.deadline}
 _NAMES = frozenset(key.encode() for key, _, _ in deadline.HEADERS)
 
@@ -47,7 +46,6 @@ class DeadlineMiddleware:
         try:
             deadline.apply(ctx, deadline.caller_timeout(sent), self.config)
         except ApiError as exc:
-            render = openai_error_response if dialect is Dialect.OPENAI else error_response
-            await render(exc, ctx.request_id)(scope, receive, send)
+            await RENDERING[dialect].render(exc, ctx.request_id)(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -31,7 +31,7 @@ from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.ratelimit_errors import unavailable_error
 from sluicegate.registry import route_for
 from sluicegate.serving.errors import ApiError
-from sluicegate.tenancy.ratelimit import Decision, Outcome, RateLimiterUnavailable, TokenLimit
+from sluicegate.tenancy.ratelimit import BucketVerdict, Decision, RateLimiterUnavailable, TokenLimit
 from sluicegate.tenancy.ratelimit.headers import ceil_ms, ceil_seconds, go_duration
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ log = logging.getLogger("sluicegate.ratelimit")
 
 def request_headers(d: Decision) -> dict[str, str]:
     """OpenAI's request-count headers for a decision of the requests bucket."""
-    if d.outcome is Outcome.UNMETERED:
+    if d.outcome is BucketVerdict.UNMETERED:
         return {}
     return {"X-RateLimit-Limit-Requests": str(d.limit), "X-RateLimit-Remaining-Requests": str(d.remaining),
             "x-ratelimit-reset-requests": go_duration(d.reset_s)}
@@ -92,7 +92,7 @@ class KeyLimitsMiddleware:
                     held = True
                 if rpm is not None:
                     d = await self.tenancy.limiter.reserve(f"{key.id}:requests", 1, TokenLimit(burst=rpm, tpm=rpm))
-                    if d.outcome is Outcome.LIMITED:
+                    if d.outcome is BucketVerdict.LIMITED:
                         await send_error(send, requests_refusal(d), ctx.request_id)
                         return
                     headers = request_headers(d)

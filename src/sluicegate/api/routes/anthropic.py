@@ -1,9 +1,10 @@
 """Anthropic's Messages API: `POST /v1/messages` and `POST /v1/messages/count_tokens` (docs/anthropic.md).
 
 Thin, like the OpenAI routes (it runs through the same `serve`): read and refuse by name, call the serving
-adapter (serving/anthropic_messages.py), render. Errors are rendered in Anthropic's shape and statuses by one
-middleware (api/anthropic_errors.py), a stream's error event by `anthropic_envelope`; stream events are named
-after their type, with `ping` as the heartbeat and `message_stop` last (api/sse.py `ANTHROPIC_FRAMING`).
+adapter (serving/anthropic_messages.py), render, in the registry's `Dialect.ANTHROPIC` (api/dialects.py).
+Errors are rendered in Anthropic's shape and statuses by one middleware (api/anthropic_errors.py), a stream's
+error event by `anthropic_envelope`; stream events are named after their type, with `ping` as the heartbeat
+and `message_stop` last (api/sse.py `ANTHROPIC_FRAMING`).
 
 Headers: the key as `x-api-key` or `Authorization: Bearer` (api/middleware/auth.py); `anthropic-version` is
 accepted whatever its value (this server has one version of the surface); `anthropic-beta` is ignored: every
@@ -16,13 +17,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from sluicegate.api.anthropic_errors import anthropic_envelope
-from sluicegate.api.envelope import error_response
+from sluicegate.api.dialects import render_error
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import json_reply, work_doc
 from sluicegate.api.routes.openai import read_openai, serve
 from sluicegate.api.services import Runtime
-from sluicegate.api.sse import ANTHROPIC_FRAMING
 from sluicegate.protocol.anthropic_messages import (
     CountTokensRequest,
     Message,
@@ -108,8 +107,7 @@ def _body(name: str) -> dict[str, Any]:
     responses=_errors(work=True),
 )
 async def create_message(request: Request) -> Response:
-    return await serve(request, MessagesRequest, messages_refusal, messages, render=error_response,
-                       render_event=anthropic_envelope, framing=ANTHROPIC_FRAMING)
+    return await serve(request, MessagesRequest, messages_refusal, messages)
 
 
 @router.post(
@@ -126,4 +124,4 @@ async def count_tokens(request: Request, runtime: Runtime) -> Response:
         model = runtime.served(req.model)
         return json_reply(await messages.count_tokens(model, req), ctx)
     except Rejected as exc:
-        return error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)

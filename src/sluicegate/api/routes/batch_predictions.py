@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from sluicegate.api.envelope import error_response
+from sluicegate.api.dialects import render_error
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply, list_page, refuse_query
 from sluicegate.api.services import Jobs, Settings, jobs_of
@@ -84,12 +84,12 @@ async def _view(jobs: JobsRuntime, job_id: str, key_id: str | None) -> JobView:
     return view
 
 
-async def _unknown(jobs: JobsRuntime, job_id: str, ctx: RequestContext) -> Response | None:
+async def _unknown(request: Request, jobs: JobsRuntime, job_id: str, ctx: RequestContext) -> Response | None:
     """The error answer when the caller has no such job; None when it has."""
     try:
         await _view(jobs, job_id, ctx.key_id)
     except ApiError as exc:
-        return error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
     return None
 
 
@@ -104,7 +104,7 @@ async def _reply(request: Request, job_id: str,
     try:
         return json_reply(seed_object(await view(jobs_of(request), job_id, ctx.key_id)), ctx)
     except ApiError as exc:
-        return error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
 
 
 @router.post(BASE, response_model=BatchPrediction, status_code=202, responses=ERRORS,
@@ -127,7 +127,7 @@ async def create(request: Request, batch: Jobs, config: Settings) -> Response:
             raise ApiError("unsupported_media_type", "send a JSON list (application/json) or JSONL "
                            "(application/jsonl)", code="wrong_content_type")
     except Rejected as exc:  # the serving layer's ApiError, or a job limit's or the body's refusal
-        return error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
     batch.wake()
     out = seed_object(await _view(batch, job_id, ctx.key_id)).model_copy(update={"status": "queued"})
     reply = json_reply(out, ctx)
@@ -163,7 +163,7 @@ async def cancel_job(request: Request, job_id: str) -> Response:
 async def results(request: Request, job_id: str, batch: Jobs, after: int = Query(0, ge=0),
                   limit: int = Query(100, ge=1, le=1000)) -> Response:
     ctx = context_of(request.scope)
-    if (refused := await _unknown(batch, job_id, ctx)) is not None:
+    if (refused := await _unknown(request, batch, job_id, ctx)) is not None:
         return refused
     items = await asyncio.to_thread(batch.jobs.items, job_id, after_line=after, limit=limit + 1)
     page = [result_of(i) for i in items[:limit]]
@@ -177,7 +177,7 @@ async def results(request: Request, job_id: str, batch: Jobs, after: int = Query
             summary="Every result as JSONL, streamed")
 async def download(request: Request, job_id: str, batch: Jobs) -> Response:
     ctx = context_of(request.scope)
-    if (refused := await _unknown(batch, job_id, ctx)) is not None:
+    if (refused := await _unknown(request, batch, job_id, ctx)) is not None:
         return refused
     jobs = batch.jobs
 

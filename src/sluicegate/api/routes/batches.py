@@ -11,8 +11,8 @@ import json
 
 from fastapi import APIRouter, Query, Request, Response
 
+from sluicegate.api.dialects import render_error
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.api.routes.common import cancel_and_view, error_responses, json_reply, list_page
 from sluicegate.api.routes.files import not_found, ts
 from sluicegate.api.routes.openai import read_openai
@@ -69,7 +69,7 @@ async def create_batch(request: Request, batch: Jobs, config: Settings) -> Respo
         batch.wake()
         return json_reply(batch_object(view), ctx)
     except Rejected as exc:  # the serving layer's ApiError, or a job limit's refusal
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
 
 
 @router.get("/v1/batches", response_model=BatchList, summary="This key's batches, newest first", responses=ERRORS)
@@ -79,7 +79,7 @@ async def list_batches(request: Request, batch: Jobs, limit: int = Query(20, ge=
     try:
         views = await list_page(batch.jobs.list_jobs, ctx.key_id, "openai", limit=limit + 1, after=after)
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
     data = [batch_object(v) for v in views[:limit]]
     return json_reply(BatchList(data=data, first_id=data[0].id if data else None,
                                 last_id=data[-1].id if data else None, has_more=len(views) > limit), ctx)
@@ -91,7 +91,7 @@ async def get_batch(request: Request, batch_id: str, batch: Jobs) -> Response:
     try:
         return json_reply(batch_object(await _view(batch, batch_id, ctx.key_id)), ctx)
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
 
 
 @router.post("/v1/batches/{batch_id}/cancel", response_model=BatchObject,
@@ -105,4 +105,4 @@ async def cancel_batch(request: Request, batch_id: str, batch: Jobs) -> Response
                            "can be cancelled", param="batch_id", code="batch_not_cancellable")
         return json_reply(batch_object(view), ctx)
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from python_multipart.exceptions import FormParserError
 
+from sluicegate.api.dialects import render_error
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.api.routes.common import error_responses, json_reply, list_page
 from sluicegate.api.services import Jobs, Settings, jobs_of
 from sluicegate.api.upload import Quota, multipart_file
@@ -68,7 +68,7 @@ async def upload_file(request: Request, batch: Jobs, config: Settings) -> Respon
         assert info is not None
         return json_reply(file_object(info), ctx)
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
 
 
 @router.get("/v1/files", response_model=FileList, summary="List this key's files", responses=ERRORS)
@@ -81,7 +81,7 @@ async def list_files(
         rows = await list_page(batch.files.list_files, ctx.key_id, purpose=purpose, limit=limit + 1, after=after,
                                newest_first=order == "desc")
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
     data = [file_object(f) for f in rows[:limit]]
     return json_reply(FileList(data=data, first_id=data[0].id if data else None,
                                last_id=data[-1].id if data else None, has_more=len(rows) > limit), ctx)
@@ -101,7 +101,7 @@ async def get_file(request: Request, file_id: str) -> Response:
     try:
         return json_reply(file_object(await _own(request, file_id)), ctx)
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
 
 
 @router.delete("/v1/files/{file_id}", response_model=FileDeleted, summary="Delete a file", responses=ERRORS)
@@ -116,7 +116,7 @@ async def delete_file(request: Request, file_id: str, batch: Jobs) -> Response:
         await asyncio.to_thread(files.delete, file_id)
         return json_reply(FileDeleted(id=file_id, deleted=True), ctx)
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
 
 
 @router.get("/v1/files/{file_id}/content", summary="A file's content (JSONL), streamed",
@@ -127,7 +127,7 @@ async def file_content(request: Request, file_id: str, batch: Jobs) -> Response:
     try:
         info = await _own(request, file_id)
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
 
     async def chunks() -> AsyncIterator[bytes]:
         seq = 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from sluicegate.api.dialects import render_error
 from sluicegate.api.drain import shutting_down
-from sluicegate.api.envelope import error_response
 from sluicegate.api.middleware.request_context import context_of
 from sluicegate.api.services import DrainDep, Runtime
 from sluicegate.serving.errors import ApiError
@@ -20,9 +20,9 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="The model is loaded and the engine takes requests")
-async def readyz(request: Request, drain: DrainDep, runtime: Runtime) -> JSONResponse:
+async def readyz(request: Request, drain: DrainDep, runtime: Runtime) -> Response:
     if drain.draining:  # first, so that a load balancer stops sending before anything is refused
-        return error_response(shutting_down(), context_of(request.scope).request_id)
+        return render_error(request.scope, shutting_down(), context_of(request.scope).request_id)
     try:
         model = runtime.served()
     except ApiError as exc:
@@ -34,7 +34,7 @@ async def readyz(request: Request, drain: DrainDep, runtime: Runtime) -> JSONRes
             why, delay = runtime.upstream_wait
             refusal = ApiError("not_ready", f"waiting for an upstream: {why}", code="upstream_starting",
                            retry_after=max(1, round(delay)))
-        return error_response(refusal, context_of(request.scope).request_id)
+        return render_error(request.scope, refusal, context_of(request.scope).request_id)
     ident = model.identity
     return JSONResponse(
         {"status": "ready", "model": {"name": ident.name, "version": ident.version, "digest": ident.digest}}

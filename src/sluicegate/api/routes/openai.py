@@ -1,7 +1,8 @@
 """The OpenAI-compatible surface: chat and text completions, and the model list.
 
 Thin: read and refuse (every field is either supported or refused by name), call the serving layer, render.
-Errors raised here render with OpenAI's statuses (api/openai_errors.py).
+Errors raised here render in the routes' registry dialect, `openai`: OpenAI's statuses (api/dialects.py,
+api/openai_errors.py).
 """
 
 from __future__ import annotations
@@ -15,18 +16,15 @@ from pydantic import BaseModel
 
 from sluicegate.api import work
 from sluicegate.api.batch_items import parse_openai
-from sluicegate.api.detached import Render
+from sluicegate.api.dialects import render_error
 from sluicegate.api.jsonbody import parse_json
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.openai_errors import openai_envelope, openai_error_response
 from sluicegate.api.routes.common import json_reply, refuse_query, require_json, work_doc
 from sluicegate.api.services import Runtime, Settings, runtime_of
-from sluicegate.api.sse import OPENAI_FRAMING, Framing
-from sluicegate.api.work import Dialect
 from sluicegate.protocol import openai_chat, openai_completions
 from sluicegate.protocol.common import ErrorEnvelope
 from sluicegate.protocol.openai_chat import ChatCompletion, ChatCompletionRequest
-from sluicegate.protocol.openai_common import Refusal
+from sluicegate.protocol.openai_common import FieldRefusal
 from sluicegate.protocol.openai_completions import Completion, CompletionRequest
 from sluicegate.protocol.openai_models import ModelDetails, ModelList, OpenAIModel
 from sluicegate.refusal import Rejected
@@ -44,7 +42,7 @@ STARTED = int(time.time())
 async def read_openai(
     request: Request,
     model: type[M],
-    refuse: Callable[[Mapping[str, Any]], Refusal | None],
+    refuse: Callable[[Mapping[str, Any]], FieldRefusal | None],
 ) -> M:
     require_json(request)
     refuse_query(request)
@@ -124,22 +122,18 @@ async def text_completions(request: Request) -> Response:
 async def serve(
     request: Request,
     schema: type[M],
-    refuse: Callable[[Mapping[str, Any]], Refusal | None],
+    refuse: Callable[[Mapping[str, Any]], FieldRefusal | None],
     surface: StreamingSurface,  # serving.openai_chat, serving.openai_completions, an adapter object
-    *,
-    render: Render = openai_error_response,
-    render_event: Callable[[Rejected, str], dict[str, Any]] = openai_envelope,
-    framing: Framing = OPENAI_FRAMING,
 ) -> Response:
     """The work lifecycle (api/work.py) of an OpenAI-shaped surface (chat, completions, and the surfaces read
-    the same way: Responses, Anthropic's Messages with its own error rendering and stream framing): the body
-    read and refused by name here, the model it names served."""
+    the same way: Responses, Anthropic's Messages, each in its route's error dialect and stream framing): the
+    body read and refused by name here, the model it names served."""
 
     async def read() -> tuple[M, ServedModel]:
         req = await read_openai(request, schema, refuse)
         return req, runtime_of(request).served(getattr(req, "model", None))
 
-    return await work.serve(request, read, surface, Dialect(render, render_event, framing))
+    return await work.serve(request, read, surface)
 
 
 def _model_object(served: ServedModel) -> OpenAIModel:
@@ -154,7 +148,7 @@ async def list_models(request: Request, runtime: Runtime) -> Response:
     try:
         return json_reply(ModelList(data=[_model_object(m) for m in runtime.all_served()]), ctx)
     except Rejected as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
 
 
 @router.get(
@@ -168,4 +162,4 @@ async def get_model(request: Request, model_id: str, runtime: Runtime, config: S
     try:
         return json_reply(describe(runtime.served(model_id), config, model_id), ctx)
     except Rejected as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)

@@ -18,8 +18,8 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
+from sluicegate.api.dialects import render_error
 from sluicegate.api.middleware.request_context import context_of
-from sluicegate.api.openai_errors import openai_error_response
 from sluicegate.api.routes.common import work_doc
 from sluicegate.api.routes.openai import STREAM_DOC, body_doc, errors_doc, serve
 from sluicegate.api.services import store_of
@@ -152,7 +152,7 @@ async def get_response(request: Request, response_id: str) -> Response:
         _check_id(response_id)
         found = await _load(store_of(request), ctx, response_id, "response_id")
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
     return Response(found.body, media_type="application/json")
 
 
@@ -170,7 +170,7 @@ async def delete_response(request: Request, response_id: str) -> Response:
         if not gone:
             raise _not_found("response_id")
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
     return JSONResponse(ResponseDeleted(id=response_id).model_dump(mode="json"))
 
 
@@ -204,7 +204,7 @@ async def list_input_items(
             items = items[ids.index(after) + 1:]
         page = items[:limit]
     except ApiError as exc:
-        return openai_error_response(exc, ctx.request_id)
+        return render_error(request.scope, exc, ctx.request_id)
     return JSONResponse(InputItemList(
         data=page, first_id=page[0]["id"] if page else None, last_id=page[-1]["id"] if page else None,
         has_more=len(items) > limit).model_dump(mode="json"))

@@ -39,7 +39,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from sluicegate.api.middleware.request_context import CLOSED_BY, new_request_id, request_id_from
 from sluicegate.api.server.refusals import (
     EnvelopeCycle,
-    Refused,
     header_bytes_over,
     header_count_over,
     malformed,
@@ -146,8 +145,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return False  # no upgrades are served; the request was handled as plain HTTP
         except httptools.HttpParserError as exc:  # a callback's error too (an unparseable URL, as uvicorn has it)
             cause = exc.__context__
-            if isinstance(cause, Refused):
-                self._refuse(cause.error)
+            if isinstance(cause, ApiError):  # a callback's refusal (below): answered, then the connection closed
+                self._refuse(cause)
                 return False
             if isinstance(exc, httptools.HttpParserCallbackError):  # its text may hold the input: never echoed
                 bad_url = isinstance(cause, httptools.HttpParserInvalidURLError)
@@ -174,19 +173,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._n_headers += 1
         self._field_bytes += len(name) + len(value) + 4
         if self._n_headers > lim.max_headers:
-            raise Refused(header_count_over(lim.max_headers))
+            raise header_count_over(lim.max_headers)
         if self._field_bytes > lim.max_header_bytes:
-            raise Refused(header_bytes_over(lim.max_header_bytes))
+            raise header_bytes_over(lim.max_header_bytes)
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_100_continue = True
         elif name == b"transfer-encoding" and [c.strip() for c in value.lower().split(b",")] != [b"chunked"]:
-            raise Refused(unsupported_coding())
+            raise unsupported_coding()
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         if self._health_only and httptools.parse_url(self.url).path not in HEALTH_PATHS:
-            raise Refused(too_many_connections(self.max_connections))
+            raise too_many_connections(self.max_connections)
         self._phase = BODY
         super().on_headers_complete()
         self.cycle.__class__ = EnvelopeCycle  # uvicorn's own 500, as the envelope

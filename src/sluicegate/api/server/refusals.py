@@ -15,14 +15,6 @@ from sluicegate.api.middleware.request_context import request_id_from
 from sluicegate.serving.errors import ApiError
 
 
-class Refused(Exception):
-    """Raised inside a parser callback: the request is answered with `error` and the connection closed."""
-
-    def __init__(self, error: ApiError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
 def header_bytes_over(limit: int) -> ApiError:
     return ApiError("headers_too_large", f"the request line and headers are over the limit of {limit} bytes",
                     code="header_bytes")

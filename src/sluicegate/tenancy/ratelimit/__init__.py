@@ -5,7 +5,7 @@ See docs/ratelimits.md for the arithmetic and the failure choice. The Redis impl
 imports redis-py.
 """
 
-from sluicegate.tenancy.ratelimit.bucket import BucketState, Decision, Outcome, TokenBuckets, TokenLimit
+from sluicegate.tenancy.ratelimit.bucket import BucketState, BucketVerdict, Decision, TokenBuckets, TokenLimit
 from sluicegate.tenancy.ratelimit.headers import (
     go_duration,
     rate_limit_headers,
@@ -25,10 +25,10 @@ from sluicegate.tenancy.ratelimit.limiter import (
 
 __all__ = [
     "BucketState",
+    "BucketVerdict",
     "Decision",
     "FailOpen",
     "InProcessRateLimiter",
-    "Outcome",
     "RateLimiter",
     "RateLimiterUnavailable",
     "TokenBuckets",

@@ -48,7 +48,9 @@ class TokenLimit:
         return self.tpm / 60.0
 
 
-class Outcome(enum.Enum):
+class BucketVerdict(enum.Enum):
+    """What the limiter made of one reservation (`Decision.outcome`)."""
+
     ADMITTED = "admitted"  # the cost was reserved; settle it when the request ends
     LIMITED = "limited"  # not now: wait `retry_after_s` (429 rate_limit_exceeded)
     TOO_LARGE = "too_large"  # never: the cost is above the capacity (413 request_exceeds_capacity)
@@ -73,7 +75,7 @@ class Decision:
     `retry_after_s` is set only for `LIMITED`: the exact refill time until `cost` fits.
     """
 
-    outcome: Outcome
+    outcome: BucketVerdict
     cost: int
     limit: int
     remaining: int
@@ -83,12 +85,12 @@ class Decision:
 
     @property
     def allowed(self) -> bool:
-        return self.outcome in (Outcome.ADMITTED, Outcome.UNMETERED)
+        return self.outcome in (BucketVerdict.ADMITTED, BucketVerdict.UNMETERED)
 
     @property
     def reserved(self) -> int:
         """What `settle` must be told was reserved: the cost when admitted and metered, else 0."""
-        return self.cost if self.outcome is Outcome.ADMITTED else 0
+        return self.cost if self.outcome is BucketVerdict.ADMITTED else 0
 
     @property
     def state(self) -> BucketState:
@@ -108,13 +110,13 @@ def refill(level: float, elapsed_s: float, limit: TokenLimit) -> float:
     return min(float(limit.burst), level + max(0.0, elapsed_s) * limit.rate)
 
 
-def admit(level: float, cost: int, limit: TokenLimit) -> tuple[Outcome, float]:
+def admit(level: float, cost: int, limit: TokenLimit) -> tuple[BucketVerdict, float]:
     """(outcome, level after) for a reservation of `cost` against a refilled `level`."""
     if cost > limit.burst:
-        return Outcome.TOO_LARGE, level
+        return BucketVerdict.TOO_LARGE, level
     if level + EPSILON >= cost:
-        return Outcome.ADMITTED, level - cost
-    return Outcome.LIMITED, level
+        return BucketVerdict.ADMITTED, level - cost
+    return BucketVerdict.LIMITED, level
 
 
 def settle_level(level: float, reserved: int, actual: int, limit: TokenLimit) -> float:
@@ -131,10 +133,10 @@ def state_of(level: float, limit: TokenLimit) -> BucketState:
     )
 
 
-def decision_of(outcome: Outcome, cost: int, level: float, limit: TokenLimit) -> Decision:
+def decision_of(outcome: BucketVerdict, cost: int, level: float, limit: TokenLimit) -> Decision:
     """Build the Decision from the outcome and the level after it (the one formula both stores share)."""
     st = state_of(level, limit)
-    retry = (cost - level) / limit.rate if outcome is Outcome.LIMITED else None
+    retry = (cost - level) / limit.rate if outcome is BucketVerdict.LIMITED else None
     return Decision(outcome, cost, st.limit, st.remaining, st.debt, st.reset_s, retry)
 
 
@@ -177,7 +179,7 @@ class TokenBuckets:
         with self._lock:
             now = self._clock()
             outcome, level = admit(self._level(key, now, limit), cost, limit)
-            if outcome is Outcome.ADMITTED:
+            if outcome is BucketVerdict.ADMITTED:
                 self._store(key, level, now, limit)
         return decision_of(outcome, cost, level, limit)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from sluicegate.refusal import Rejected
-from sluicegate.tenancy.ratelimit.bucket import BucketState, Decision, Outcome
+from sluicegate.tenancy.ratelimit.bucket import BucketState, BucketVerdict, Decision
 
 _TOLERANCE_S = 1e-9  # float noise in a computed wait must not round a whole second (or millisecond) up
 
@@ -56,7 +56,7 @@ def go_duration(seconds: float) -> str:
 
 def rate_limit_headers(state: Decision | BucketState | None) -> dict[str, str]:
     """The headers for any response of a limited key; empty for an unlimited or unmetered one (None/UNMETERED)."""
-    if state is None or (isinstance(state, Decision) and state.outcome is Outcome.UNMETERED):
+    if state is None or (isinstance(state, Decision) and state.outcome is BucketVerdict.UNMETERED):
         return {}
     return {
         "X-RateLimit-Limit-Tokens": str(state.limit),
@@ -81,7 +81,7 @@ def refused(decision: Decision, param: str | None = None) -> Rejected:
     `param` names the request's new-token field (`max_tokens`, `max_new_tokens`), which is what a client
     lowers to fit the capacity; it is only set on the 413. Raises ValueError for an admitted decision.
     """
-    if decision.outcome is Outcome.LIMITED:
+    if decision.outcome is BucketVerdict.LIMITED:
         assert decision.retry_after_s is not None
         wait = decision.retry_after_s
         owed = (
@@ -96,7 +96,7 @@ def refused(decision: Decision, param: str | None = None) -> Rejected:
             code="tokens",
             retry_after=max(1, ceil_seconds(wait)),
         )
-    if decision.outcome is Outcome.TOO_LARGE:
+    if decision.outcome is BucketVerdict.TOO_LARGE:
         return Rejected(
             "request_exceeds_capacity",
             f"this request may cost {_tokens(decision.cost)} (prompt plus new tokens); the key's capacity is "
@@ -113,10 +113,10 @@ def refusal_headers(decision: Decision) -> dict[str, str]:
     """The headers a refused decision is sent with: the bucket's, and `retry-after-ms` (429) or
     `x-should-retry: false` (413). `Retry-After` is the refusal's own retry hint, rendered with the envelope."""
     headers = rate_limit_headers(decision)
-    if decision.outcome is Outcome.LIMITED:
+    if decision.outcome is BucketVerdict.LIMITED:
         assert decision.retry_after_s is not None
         headers["retry-after-ms"] = str(max(1, ceil_ms(decision.retry_after_s)))
-    elif decision.outcome is Outcome.TOO_LARGE:
+    elif decision.outcome is BucketVerdict.TOO_LARGE:
         headers["x-should-retry"] = "false"
     return headers
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sluicegate.config import RateLimitConfig
-from sluicegate.tenancy.ratelimit.bucket import BucketState, Decision, Outcome, TokenBuckets, TokenLimit
+from sluicegate.tenancy.ratelimit.bucket import BucketState, BucketVerdict, Decision, TokenBuckets, TokenLimit
 
 if TYPE_CHECKING:
     from sluicegate.tenancy.ratelimit.concurrency import ConcurrencyLimiter
@@ -115,7 +115,7 @@ class FailOpen:
             return await self.inner.reserve(key, cost, limit)
         except RateLimiterUnavailable as exc:
             self._opened(exc)
-            return Decision(Outcome.UNMETERED, cost, limit.burst, 0, 0, 0.0)
+            return Decision(BucketVerdict.UNMETERED, cost, limit.burst, 0, 0, 0.0)
 
     async def settle(self, key: str, reserved: int, actual: int, limit: TokenLimit) -> BucketState | None:
         try:

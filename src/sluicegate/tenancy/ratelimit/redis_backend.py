@@ -29,8 +29,8 @@ from sluicegate.config import RateLimitConfig
 from sluicegate.tenancy.ratelimit.bucket import (
     EPSILON,
     BucketState,
+    BucketVerdict,
     Decision,
-    Outcome,
     TokenLimit,
     check_counts,
     decision_of,
@@ -96,7 +96,7 @@ _PEEK = _PROLOGUE + """
 return string.format('%.17g', level)
 """
 
-_OUTCOMES = (Outcome.ADMITTED, Outcome.LIMITED, Outcome.TOO_LARGE)
+_VERDICTS = (BucketVerdict.ADMITTED, BucketVerdict.LIMITED, BucketVerdict.TOO_LARGE)
 
 
 class RedisRateLimiter:
@@ -160,7 +160,7 @@ class RedisRateLimiter:
     async def reserve(self, key: str, cost: int, limit: TokenLimit) -> Decision:
         check_counts(cost=cost)
         code, level = await self._run(self._reserve, key, self._args(limit, cost))
-        return decision_of(_OUTCOMES[int(code)], cost, float(level), limit)
+        return decision_of(_VERDICTS[int(code)], cost, float(level), limit)
 
     async def settle(self, key: str, reserved: int, actual: int, limit: TokenLimit) -> BucketState | None:
         check_counts(reserved=reserved, actual=actual)
