@@ -22,6 +22,7 @@ class ModelConfig:
     flash_attn: bool = True  # flash attention on its one-row path: exact in any batch, decoded KV reusable
     tiled_prefill: bool = False  # prompts on flash attention's tiled kernel (faster long prefill), still exact
     chat_template_file: Path | None = None  # a Jinja chat template replacing the GGUF's (or giving one it lacks)
+    more: tuple[tuple[str, Path], ...] = ()  # further local models (name, GGUF), each with its own engine
     reasoning_format: str = "auto"  # a thinking model's reasoning: auto/deepseek apart, none left in the text
 
 

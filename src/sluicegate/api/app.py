@@ -66,13 +66,14 @@ REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest,
 
 
 def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None,
-               tokenizers: TokenizerFactory | None = None) -> FastAPI:
+               tokenizers: TokenizerFactory | None = None, more: dict[str, RunnerFactory] | None = None) -> FastAPI:
     """The app. `store` holds the API keys and the usage ledger (the caller opens, migrates and closes it);
     None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document). `tokenizers`
-    gives an upstream model's own tokenizer by name (None: the local model's, upstream/load.py)."""
+    gives an upstream model's own tokenizer by name (None: the local model's, upstream/load.py); `more`: further
+    local models by served name, each with its engine (docs/models.md, "Several models")."""
     set_docs_base(config.error_docs_url)  # every envelope's docs_url, for this process (errorcatalog/)
-    state = AppState(config, factory, tokenizers=tokenizers) if store is None else \
-        AppState(config, factory, store, tokenizers)
+    state = AppState(config, factory, tokenizers=tokenizers, more=more or {}) if store is None else \
+        AppState(config, factory, store, tokenizers, more=more or {})
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

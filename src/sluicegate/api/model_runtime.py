@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from sluicegate.backends.base import ModelRunner, Tokenizer
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
 from sluicegate.serving.budget import Budget
-from sluicegate.serving.chat_template import chat_format, read_chat_template
+from sluicegate.serving.chat_template import ChatFormat, chat_format, read_chat_template
 from sluicegate.serving.constraints import build_vocabulary
 from sluicegate.serving.errors import ApiError
 from sluicegate.serving.models import ServedModel
@@ -48,7 +49,10 @@ class ModelRuntime:
     registry: CollectorRegistry  # the app's: engine metrics
     drain: Drain  # the shutdown drain: an engine already drained stops at once
     tokenizers: TokenizerFactory | None = None  # an upstream model's tokenizer; None: the local model's runner
+    more: dict[str, RunnerFactory] = field(default_factory=dict)  # further local models by name (--model NAME=GGUF)
     model: ServedModel | None = None  # the local model (None with --no-local-model)
+    more_models: dict[str, ServedModel] = field(default_factory=dict)  # the further local models, loaded
+    more_engines: list[Engine] = field(default_factory=list)
     models: dict[str, ServedModel] = field(default_factory=dict)  # every served model by name, once all loaded
     http: httpx.AsyncClient | None = None  # the pooled client of every upstream
     engine: Engine | None = None
@@ -76,7 +80,7 @@ class ModelRuntime:
             ups = found
         else:
             ups = {}
-        models = {} if self.model is None else {self.model.identity.name: self.model}
+        models = {} if self.model is None else {self.model.identity.name: self.model, **self.more_models}
         if clash := models.keys() & ups.keys():
             log.error("refusing to serve: model %s is both the local model and an upstream's; name the upstream "
                       "(--upstream NAME=URL) or serve no local model (--no-local-model)", ", ".join(clash))
@@ -135,22 +139,9 @@ class ModelRuntime:
         return self.model.runner if self.model is not None else self.factory()
 
     async def _load_local(self) -> None:
-        try:
-            runner = await asyncio.to_thread(self.factory)
-        except Exception as exc:
-            log.exception("the model failed to load")
-            self.load_error = type(exc).__name__
-            return
-        budget = await asyncio.to_thread(Budget.for_runner, runner, self.config.limits)
-        await asyncio.to_thread(build_vocabulary, runner)  # ~0.3 s for 49k tokens: not on a request's path
-        engine = Engine(runner, self.config.engine, registry=self.registry)
-        # the forecast's step model, measured on the engine thread before /readyz says ready (`Engine.start`)
-        await asyncio.to_thread(engine.start, calibrate=self.config.engine.deadline_admission)
-        if isinstance(getattr(runner, "compute_threads", None), int):  # the llama.cpp runner's
-            Gauge("sluicegate_compute_threads", "llama.cpp compute threads the last step used (fewer while other "
-                  "processes hold cores; docs/engine.md)", registry=self.registry).set_function(
-                lambda: float(getattr(runner, "compute_threads", 0)))
-        self.engine = engine
+        """The default model, then the others (`--model NAME=GGUF`), one after the other, each with its engine;
+        their forward passes take turns through one lock (`Engine` `compute`)."""
+        compute = threading.Lock() if self.more else None
         m = self.config.model
         try:
             source = None if m.chat_template_file is None else read_chat_template(m.chat_template_file)
@@ -158,10 +149,46 @@ class ModelRuntime:
             log.error("the chat template file cannot be read: %s", exc)
             self.load_error = "chat_template"
             return
-        self.model = ServedModel(runner, AsyncEngine(engine), budget, chat_template_source=source,
-                                 reasoning_format=m.reasoning_format)
-        chat = await asyncio.to_thread(chat_format, self.model)  # compiled and probed now, not on a request's path
-        ident = runner.identity
+        loaded = await self._load_one(self.factory, source, compute)
+        if loaded is None:
+            return
+        self.model, self.engine = loaded
+        for name, factory in self.more.items():
+            other = await self._load_one(factory, None, compute)
+            if other is None:
+                return
+            if other[0].identity.name in self.more_models or other[0].identity.name == self.model.identity.name:
+                log.error("refusing to serve: two local models are named %s", name)
+                self.load_error = "duplicate_model"
+                return
+            self.more_models[other[0].identity.name] = other[0]
+            self.more_engines.append(other[1])
+
+    async def _load_one(self, factory: RunnerFactory, template: str | None,
+                        compute: threading.Lock | None) -> tuple[ServedModel, Engine] | None:
+        try:
+            runner = await asyncio.to_thread(factory)
+        except Exception as exc:
+            log.exception("the model failed to load")
+            self.load_error = type(exc).__name__
+            return None
+        budget = await asyncio.to_thread(Budget.for_runner, runner, self.config.limits)
+        await asyncio.to_thread(build_vocabulary, runner)  # ~0.3 s for 49k tokens: not on a request's path
+        engine = Engine(runner, self.config.engine, registry=self.registry, compute=compute)
+        # the forecast's step model, measured on the engine thread before /readyz says ready (`Engine.start`)
+        await asyncio.to_thread(engine.start, calibrate=self.config.engine.deadline_admission)
+        if isinstance(getattr(runner, "compute_threads", None), int) and self.engine is None:  # llama.cpp's
+            Gauge("sluicegate_compute_threads", "llama.cpp compute threads the last step used (fewer while other "
+                  "processes hold cores; docs/engine.md)", registry=self.registry).set_function(
+                lambda: float(getattr(runner, "compute_threads", 0)))
+        model = ServedModel(runner, AsyncEngine(engine), budget, chat_template_source=template,
+                            reasoning_format=self.config.model.reasoning_format)
+        chat = await asyncio.to_thread(chat_format, model)  # compiled and probed now, not on a request's path
+        self._log_loaded(model, engine, chat)
+        return model, engine
+
+    def _log_loaded(self, model: ServedModel, engine: Engine, chat: ChatFormat) -> None:
+        runner, ident = model.runner, model.identity
         log.info(
             "ready: serving %s (%s) on http://%s:%d, loaded in %.1fs", ident.ref, ident.digest, self.config.host,
             self.config.port, time.monotonic() - self.load_started,
@@ -180,17 +207,22 @@ class ModelRuntime:
                       "a cached prefix is cut back" if lim.sliding_window else "")
             log.info("KV cache: %d slots x %.1f MB = %.0f MB%s", lim.n_slots, lim.kv_bytes_per_slot / 1e6,
                      lim.n_slots * lim.kv_bytes_per_slot / 1e6, window)
-        if not runner.limits.batch_invariant:
+        if not lim.batch_invariant:
             log.warning("this runner's numerics depend on batching: a request's tokens may depend on what is "
                         "batched with it")
         if engine.scheduler.drafting is not None:
             log.info("speculative decoding: adaptive (drafts where they pay, verified with the numerics of "
                      "one-token decoding)")
-        elif self.config.engine.speculative_ngram and runner.limits.drafts_exact:
+        elif self.config.engine.speculative_ngram and lim.drafts_exact:
             log.info("speculative decoding is on; drafts are verified with the numerics of one-token decoding")
         elif self.config.engine.speculative_ngram:
             log.warning("speculative decoding is on: a greedy request's tokens may differ from one-token-at-a-time "
                         "decoding (multi-token verification rounds differently)")
+
+    @property
+    def engines(self) -> list[Engine]:
+        """Every local model's engine, the default's first."""
+        return ([] if self.engine is None else [self.engine]) + self.more_engines
 
     async def close(self) -> None:
         """The upstream clients, then the engine (the owner stops batch work first: api/state.py)."""
@@ -199,11 +231,12 @@ class ModelRuntime:
                 await m.engine.close()
         if self.http is not None:
             await self.http.aclose()
-        if self.engine is not None:
-            drain_s = 0.0 if self.drain.draining else self.config.limits.drain_s  # else drained already
-            await asyncio.to_thread(self.engine.stop, drain_s=drain_s)
-            self.engine.close()  # frees the model only if no step can still be running
-            self.engine = None
+        drain_s = 0.0 if self.drain.draining else self.config.limits.drain_s  # else drained already
+        engines = self.engines
+        await asyncio.gather(*(asyncio.to_thread(e.stop, drain_s=drain_s) for e in engines))
+        for e in engines:
+            e.close()  # frees the model only if no step can still be running
+        self.engine, self.more_engines = None, []
 
     def served(self, requested: str | None = None) -> ServedModel:
         """The model a request names (`name` or `name@version`; None: the local model, else the first

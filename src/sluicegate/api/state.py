@@ -29,6 +29,7 @@ class AppState:
     factory: RunnerFactory
     store: Store = field(default_factory=in_memory)  # keys and the usage ledger; the caller owns it
     tokenizers: TokenizerFactory | None = None  # an upstream model's tokenizer; None: the local model's runner
+    more: dict[str, RunnerFactory] = field(default_factory=dict)  # further local models, by served name
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # this app's: engine metrics, readiness
     drain: Drain = field(default_factory=Drain)  # the shutdown drain (api/drain.py, api/server/run.py)
     runtime: ModelRuntime = field(init=False)  # the served models, the engine, their loading
@@ -39,7 +40,8 @@ class AppState:
     disconnects: Counter = field(init=False)
 
     def __post_init__(self) -> None:
-        self.runtime = ModelRuntime(self.config, self.factory, self.registry, self.drain, self.tokenizers)
+        self.runtime = ModelRuntime(self.config, self.factory, self.registry, self.drain, self.tokenizers,
+                                    more=self.more)
         ready = Gauge("sluicegate_ready", "1 once the model has loaded and the engine runs", registry=self.registry)
         ready.set_function(lambda: 1.0 if self.runtime.models and not self.drain.draining else 0.0)
         self.disconnects = Counter(

@@ -70,12 +70,13 @@ def run(args: argparse.Namespace) -> int:
     from sluicegate.backends.llama_cpp import LlamaCppRunner, default_model_path
     from sluicegate.cli.keys import serve_store
 
-    path = s.model
+    path = config.model.path
     if path is None:
         path = default_model_path()
-    elif not path.is_file():
-        print(f"sluicegate: no model file at {path}", file=sys.stderr)
-        return 2
+    for file in (path, *(p for _, p in config.model.more)):
+        if not file.is_file():
+            print(f"sluicegate: no model file at {file}", file=sys.stderr)
+            return 2
     config = to_config(s, model_path=path)
     m = config.model
     if m.chat_template_file is not None:
@@ -93,13 +94,19 @@ def run(args: argparse.Namespace) -> int:
                               name=m.name, version=m.version, flash_attn=m.flash_attn, tiled_prefill=m.tiled_prefill,
                               adaptive_threads=m.adaptive_threads)
 
+    def named(name: str, gguf: Path) -> Callable[[], ModelRunner]:
+        return lambda: LlamaCppRunner(gguf, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch,
+                                      n_threads=m.n_threads, name=name, flash_attn=m.flash_attn,
+                                      tiled_prefill=m.tiled_prefill, adaptive_threads=m.adaptive_threads)
+
+    more = {name: named(name, gguf) for name, gguf in m.more}
     store, refusal = serve_store(config.store, host=s.host, insecure_no_auth=s.insecure_no_auth)
     if store is None:
         print(f"sluicegate: {refusal}", file=sys.stderr)
         return 2
     upstream = config.upstream
     try:
-        app = create_app(config, factory, store=store,
+        app = create_app(config, factory, store=store, more=more,
                          tokenizers=tokenizer_factory(upstream, path) if upstream.targets else None)
         serve_app(app, app.state.sluicegate, log_level=s.log_level)
     finally:

@@ -8,6 +8,7 @@ request's sink, called on the engine thread. The event loop never waits on a for
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -16,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -76,8 +78,13 @@ class _Live:
 class Engine:
     def __init__(
         self, runner: ModelRunner, config: SchedulerConfig | None = None, *, registry: CollectorRegistry | None = None,
+        compute: threading.Lock | None = None,
     ) -> None:
+        """`compute`: a lock every forward pass holds, shared by the engines of the models one process serves, so
+        their steps take turns on the cores instead of colliding at llama.cpp's thread barriers."""
         self.runner = runner
+        self._compute: contextlib.AbstractContextManager[Any] = (
+            compute if compute is not None else contextlib.nullcontext())
         limits = runner.limits
         cfg = config or SchedulerConfig()
         if cfg.max_batch_tokens > limits.n_batch:
@@ -376,7 +383,8 @@ class Engine:
     def _forward(self, out: SchedulerOutput) -> tuple[list[int], dict[int, TokenLogprob]]:
         items = [BatchItem(c.seq.slot or 0, c.token_ids, c.start_pos, c.want_logits, logits_all=c.n_draft > 0,
                            prompt=c.start_pos < c.seq.prompt_len) for c in out.chunks]
-        logits = self.runner.execute(items)
+        with self._compute:
+            logits = self.runner.execute(items)
         rows = [
             SampleRow(c.seq.request.params, c.seq.seed, len(c.seq.output_ids), c.seq.output_ids,
                       c.seq.request.constraint)

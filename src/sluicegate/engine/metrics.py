@@ -12,6 +12,8 @@ to counters; no `_created` series (they double the series count for nothing a da
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
@@ -34,29 +36,35 @@ STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2
 
 
 class _StatsCollector(Collector):
-    """Exposes EngineStats' counters and gauges, read under their lock at scrape time."""
+    """Exposes every engine's EngineStats counters and gauges (one engine per served model), read under their
+    lock at scrape time: one family per name, a sample per model."""
 
-    def __init__(self, stats: EngineStats, model_name: str) -> None:
-        self._stats = stats
-        self._model = model_name
+    def __init__(self) -> None:
+        self._engines: list[tuple[EngineStats, str]] = []
+
+    def add(self, stats: EngineStats, model_name: str) -> None:
+        self._engines.append((stats, model_name))
 
     def collect(self) -> Iterator[Metric]:
-        snap = self._stats.snapshot()
+        snaps = [(stats.snapshot(), model) for stats, model in self._engines]
         for name, text in COUNTER_HELP.items():
             c = CounterMetricFamily(f"sluicegate_{name}", text, labels=["model_name"])
-            c.add_metric([self._model], snap[name])
+            for snap, model in snaps:
+                c.add_metric([model], snap[name])
             yield c
         for name, text in LABELLED_HELP.items():
             label, fields = LABELLED[name]
             c = CounterMetricFamily(f"sluicegate_{name}", text, labels=["model_name", label])
-            for value, key in fields.items():
-                c.add_metric([self._model, value], snap[key])
+            for snap, model in snaps:
+                for value, key in fields.items():
+                    c.add_metric([model, value], snap[key])
             yield c
         for name, text in GAUGE_HELP.items():
             g = GaugeMetricFamily(f"sluicegate_{name}", text, labels=["model_name"])
-            g.add_metric([self._model], snap[name])
+            for snap, model in snaps:
+                g.add_metric([model], snap[name])
             yield g
-        yield from gie_families(snap, self._model)
+        yield from gie_families(snaps)
 
 
 # GIE's model-server protocol (the Gateway API Inference Extension's endpoint picker, which llm-d uses) reads
@@ -71,15 +79,54 @@ GIE_GAUGES = {
 PREFIX_BLOCK_TOKENS = 1  # the prefix cache matches token by token (engine/radix.py): its block is one token
 
 
-def gie_families(snap: dict[str, float], model: str) -> Iterator[Metric]:
+def gie_families(snaps: list[tuple[dict[str, float], str]]) -> Iterator[Metric]:
     for name, (field, text) in GIE_GAUGES.items():
         g = GaugeMetricFamily(name, text, labels=["model_name"])
-        g.add_metric([model], snap[field])
+        for snap, model in snaps:
+            g.add_metric([model], snap[field])
         yield g
     info = GaugeMetricFamily("vllm:cache_config_info", "the KV cache's configuration (GIE reads block_size, in "
                              "tokens, for its prefix-aware scorer); always 1", labels=["model_name", "block_size"])
-    info.add_metric([model, str(PREFIX_BLOCK_TOKENS)], 1.0)
+    for _, model in snaps:
+        info.add_metric([model, str(PREFIX_BLOCK_TOKENS)], 1.0)
     yield info
+
+
+class _Families:
+    """The histograms and counters of one registry, shared by every engine that reports into it (one per served
+    model, each its own `model_name`)."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        labels = ["model_name"]
+
+        def hist(name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(f"sluicegate_{name}", text, labels, buckets=buckets, registry=r)
+
+        self.ttft = hist("time_to_first_token_seconds", "arrival to first generated token", TTFT_BUCKETS)
+        self.itl = hist("inter_token_latency_seconds", "between a stream's consecutive tokens", TOKEN_BUCKETS)
+        self.e2e = hist("e2e_request_latency_seconds", "arrival to the request's end, every way out", REQUEST_BUCKETS)
+        self.queue = hist("request_queue_time_seconds", "arrival to first scheduled step", REQUEST_BUCKETS)
+        self.prefill = hist("request_prefill_time_seconds", "first scheduled step to first token", REQUEST_BUCKETS)
+        self.decode = hist("request_decode_time_seconds", "first token to the end", REQUEST_BUCKETS)
+        self.step = hist("step_seconds", "one engine step: forward pass and sampling", STEP_BUCKETS)
+        self.kv_restore = hist("kv_tier_restore_seconds", "restoring one slot's KV from the host-memory KV tier",
+                               RESTORE_BUCKETS)
+        self.forecast_error = hist("forecast_error_ratio", "deadline admission's forecast of a run's latency over "
+                                   "the latency it had (1: exact), at the tokens it generated; runs that ended "
+                                   "normally, as of the last admission that changed it (docs/timeouts.md)",
+                                   FORECAST_BUCKETS)
+        self.admission_forecast_error = hist(
+            "admission_forecast_error_ratio", "the same, of the forecast made when the request was admitted (the "
+            "requests admitted after it, which it had to foresee, included)", FORECAST_BUCKETS)
+        self.finished = Counter("sluicegate_requests_finished", "requests ended, by finish reason (every way "
+                                "out: cancelled, expired and error included)", ["model_name", "finish_reason"],
+                                registry=r)
+        self.stats = _StatsCollector()
+        r.register(self.stats)
+
+
+_FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, _Families] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
 
 
 class EngineMetrics:
@@ -87,35 +134,19 @@ class EngineMetrics:
 
     def __init__(self, stats: EngineStats, model_name: str = "", registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r, m, labels = self.registry, model_name, ["model_name"]
-
-        def hist(name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(f"sluicegate_{name}", text, labels, buckets=buckets, registry=r)
-
-        self.ttft = hist("time_to_first_token_seconds", "arrival to first generated token", TTFT_BUCKETS).labels(m)
-        self.itl = hist("inter_token_latency_seconds", "between a stream's consecutive tokens",
-                        TOKEN_BUCKETS).labels(m)
-        self.e2e = hist("e2e_request_latency_seconds", "arrival to the request's end, every way out",
-                        REQUEST_BUCKETS).labels(m)
-        self.queue = hist("request_queue_time_seconds", "arrival to first scheduled step", REQUEST_BUCKETS).labels(m)
-        self.prefill = hist("request_prefill_time_seconds", "first scheduled step to first token",
-                            REQUEST_BUCKETS).labels(m)
-        self.decode = hist("request_decode_time_seconds", "first token to the end", REQUEST_BUCKETS).labels(m)
-        self.step = hist("step_seconds", "one engine step: forward pass and sampling", STEP_BUCKETS).labels(m)
-        self.kv_restore = hist("kv_tier_restore_seconds", "restoring one slot's KV from the host-memory KV tier",
-                               RESTORE_BUCKETS).labels(m)
-        self.forecast_error = hist("forecast_error_ratio", "deadline admission's forecast of a run's latency over "
-                                   "the latency it had (1: exact), at the tokens it generated; runs that ended "
-                                   "normally, as of the last admission that changed it (docs/timeouts.md)",
-                                   FORECAST_BUCKETS).labels(m)
-        self.admission_forecast_error = hist(
-            "admission_forecast_error_ratio", "the same, of the forecast made when the request was admitted (the "
-            "requests admitted after it, which it had to foresee, included)", FORECAST_BUCKETS).labels(m)
-        self._finished = Counter("sluicegate_requests_finished", "requests ended, by finish reason (every way "
-                                 "out: cancelled, expired and error included)", ["model_name", "finish_reason"],
-                                 registry=r)
+        with _LOCK:
+            fam = _FAMILIES.get(self.registry)
+            if fam is None:
+                fam = _FAMILIES[self.registry] = _Families(self.registry)
+        m = model_name
+        self.ttft, self.itl, self.e2e = fam.ttft.labels(m), fam.itl.labels(m), fam.e2e.labels(m)
+        self.queue, self.prefill, self.decode = fam.queue.labels(m), fam.prefill.labels(m), fam.decode.labels(m)
+        self.step, self.kv_restore = fam.step.labels(m), fam.kv_restore.labels(m)
+        self.forecast_error = fam.forecast_error.labels(m)
+        self.admission_forecast_error = fam.admission_forecast_error.labels(m)
+        self._finished = fam.finished
         self._model = m
-        r.register(_StatsCollector(stats, m))
+        fam.stats.add(stats, m)
 
     def finished(self, reason: str) -> None:
         self._finished.labels(self._model, reason).inc()

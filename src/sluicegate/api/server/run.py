@@ -122,8 +122,8 @@ class Server(uvicorn.Server):
             if not await drain.wait_idle(limit):
                 n = drain.cut()
                 log.warning("drain time over: ending the %d requests still running", n)
-            if state.runtime.engine is not None:
-                await asyncio.to_thread(state.runtime.engine.stop, drain_s=0.0)
+            for engine in state.runtime.engines:
+                await asyncio.to_thread(engine.stop, drain_s=0.0)
             if not await drain.wait_idle(CUT_GRACE_S):
                 self._close_busy_connections()
         finally:
