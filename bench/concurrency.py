@@ -48,7 +48,8 @@ from bench.report import percentile
 ROOT = Path(__file__).resolve().parent.parent
 PEER = ROOT / ".peer" / "venv" / "bin"
 CTX_PER_SLOT = 1024
-BANNED_EOS = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>
+BANNED_EOS = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|> (`--banned-eos` for another model's)
+MODEL: dict[str, Path | None] = {"gguf": None, "template": None}  # `--model`, `--chat-template-file` (both servers)
 
 TOPICS = [
     "the history of lighthouses and the people who kept them",
@@ -190,8 +191,10 @@ def ours(
 ) -> Iterator[str]:
     """Our server; `src` runs another checkout's sources (`sluicegate-before`: $SLUICEGATE_BEFORE_SRC)."""
     port = free_port()
+    own = [*(["--model", str(MODEL["gguf"])] if MODEL["gguf"] else []),
+           *(["--chat-template-file", str(MODEL["template"])] if MODEL["template"] else [])]
     cmd = serve_command(port, "--slots", str(slots), "--threads", "2", "--ctx", str(CTX_PER_SLOT),
-                        "--log-level", "warning", *extra)
+                        "--log-level", "warning", *own, *extra)
     if src is None:  # an older checkout may predate the store
         cmd += ["--data-dir", fresh_data_dir()]
     with launch(cmd, port, log=log, append=True, env={**(env or {}), **({"PYTHONPATH": src} if src else {})},
@@ -207,8 +210,9 @@ def peer(slots: int, log: Path) -> Iterator[str]:
 
     port = free_port()
     exe = os.environ.get("LLAMA_SERVER", str(PEER / "llama-cpp-server"))
-    cmd = [exe, "-m", str(default_model_path()), "--host", "127.0.0.1", "--port", str(port),
-           "--ctx-size", str(CTX_PER_SLOT * slots), "--", "-np", str(slots), "-t", "2", "--no-repack"]
+    template = ["--jinja", "--chat-template-file", str(MODEL["template"])] if MODEL["template"] else []
+    cmd = [exe, "-m", str(MODEL["gguf"] or default_model_path()), "--host", "127.0.0.1", "--port", str(port),
+           "--ctx-size", str(CTX_PER_SLOT * slots), "--", "-np", str(slots), "-t", "2", "--no-repack", *template]
     # a session of its own: llama-cpp-server is a wrapper whose child must go too
     with launch(cmd, port, ready="/health", log=log, append=True, env={}, group=True, timeout=300) as srv:
         yield srv.url
@@ -296,7 +300,14 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
     ap.add_argument("--log", type=Path, default=Path("/tmp/sluicegate-bench-servers.log"))
     ap.add_argument("--route", choices=("completions", "chat"), default="completions")
+    ap.add_argument("--model", type=Path, default=None, help="another GGUF for both servers (default: SmolLM2)")
+    ap.add_argument("--chat-template-file", type=Path, default=None, help="its chat template, for both servers")
+    ap.add_argument("--banned-eos", default=None, help="its end-of-text token ids, comma-separated")
     args = ap.parse_args()
+    MODEL["gguf"], MODEL["template"] = args.model, args.chat_template_file
+    if args.banned_eos:
+        BANNED_EOS.clear()
+        BANNED_EOS.update({i.strip(): -100 for i in args.banned_eos.split(",")})
     ROUTE["path"] = "/v1/chat/completions" if args.route == "chat" else "/v1/completions"
     levels = [int(x) for x in args.levels.split(",")]
     kinds = args.servers.split(",")
