@@ -376,7 +376,7 @@ def test_metrics_cover_latency_prefix_hits_and_kv_usage() -> None:
         runner.gated = False
         runner.release(1000)
         c.wait()
-        run(eng, req("y" * 40, max_new_tokens=3)).wait()
+        run(eng, req("y" * 40, max_new_tokens=3, ignore_eos=True)).wait()  # its 3 tokens, never an early end
         wait_for(lambda: eng.stats.snapshot()["kv_tokens_used"] == 0)  # the final reaches us before the slot frees
         snap = eng.stats.snapshot()
     model = {"model_name": runner.identity.name}
