@@ -58,8 +58,9 @@ class AnswerPiece:
     text: str
 
 
-def _partial(buf: str, marker: str) -> int:
-    """How many characters at the end of `buf` could be the start of `marker`."""
+def partial_marker(buf: str, marker: str) -> int:
+    """How many characters at the end of `buf` could be the start of `marker` (held back from a stream; the
+    tool-call parser holds back a trigger's start the same way)."""
     return next((k for k in range(min(len(marker) - 1, len(buf)), 0, -1) if marker.startswith(buf[-k:])), 0)
 
 
@@ -100,7 +101,7 @@ class ReasoningSplitter:
                 self._think(out, buf[:i])
                 self._buf, self._state = buf[i + len(r.end):], "skip"
             else:
-                n = len(buf) - _partial(buf, r.end)
+                n = len(buf) - partial_marker(buf, r.end)
                 self._think(out, buf[:n])
                 self._buf = buf[n:]
         elif self._state == "skip":  # the whitespace between the reasoning and the answer

@@ -33,6 +33,7 @@ import llguidance as llg
 
 from sluicegate.backends.base import Tokenizer
 from sluicegate.serving.constraints import JSON_OPTIONS, Grammar, GrammarError, compile_json
+from sluicegate.serving.reasoning import partial_marker
 from sluicegate.serving.tool_formats import GENERIC, JSON_CALL, IdStyle, Name, ToolFormat, part_lark, part_regex
 
 Mode = Literal["named", "required", "auto"]
@@ -236,7 +237,7 @@ _WS = " \t\r\n"
 
 def _held(buf: str, trigger: str) -> int:
     """How many characters at the end of `buf` could still become a trigger, or the whitespace before one."""
-    k = next((k for k in range(min(len(trigger) - 1, len(buf)), 0, -1) if trigger.startswith(buf[-k:])), 0)
+    k = partial_marker(buf, trigger)
     rest = buf[: len(buf) - k]
     return k + len(rest) - len(rest.rstrip(_WS))
 
