@@ -98,8 +98,10 @@ def test_tool_choice_tool_and_any(client: TestClient) -> None:
     if msg["stop_reason"] == "tool_use":  # the reference model may run out of tokens mid-call
         (block,) = msg["content"]
         assert block["type"] == "tool_use" and block["name"] == "get_weather" and isinstance(block["input"], dict)
-    else:  # cut by max_tokens: its text, never half a call
-        assert msg["stop_reason"] == "max_tokens" and msg["content"][0]["type"] == "text"
+    else:  # cut by max_tokens: the call as far as its input's last whole value, or text before its name was whole
+        assert msg["stop_reason"] == "max_tokens"
+        block = msg["content"][0]
+        assert block["type"] == "text" or (block["name"] == "get_weather" and isinstance(block["input"], dict))
     cut = create(client, max_tokens=3, tools=[TOOL], tool_choice={"type": "any"})
     assert cut.json()["stop_reason"] == "max_tokens" and cut.json()["content"][0]["type"] == "text"
     streamed = create(client, max_tokens=3, tools=[TOOL], tool_choice={"type": "any"}, stream=True)
