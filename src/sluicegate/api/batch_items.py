@@ -15,7 +15,8 @@ to run later instead of failing it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -62,11 +63,14 @@ def parse_openai(data: Any, schema: type[M], refuse: Callable[[Mapping[str, Any]
         raise validation_error(exc, data) from None
 
 
-Served = Callable[[str | None], ServedModel]  # the model a request names (None: the default), as routes resolve it
+# the model a request names (None: the default) within a deadline (monotonic), loaded, as routes acquire it
+Served = Callable[[str | None, float | None], Awaitable[ServedModel]]
+Leases = Callable[[], AbstractAsyncContextManager[None]]  # holds what `Served` hands out (api/local_models.py)
 Parse = Callable[[Any], Any]  # an item's body, parsed from JSON, into the surface's request
 
 
-def _item(served: Served, parse: Parse, surface: Surface, dialect: Dialect, tenancy: Tenancy | None) -> Handler:
+def _item(served: Served, parse: Parse, surface: Surface, dialect: Dialect, tenancy: Tenancy | None,
+          leases: Leases) -> Handler:
     """An item as its route runs it: parsed, prepared (its key's monthly budget reserved, nothing else) and
     completed by the same adapter (serving/surface.py `answer` closes its runs), its error shaped as the route
     sends it (the route's registry `dialect`: its status and its body, api/dialects.py)."""
@@ -79,8 +83,9 @@ def _item(served: Served, parse: Parse, surface: Surface, dialect: Dialect, tena
         used = TokenUsage()
         try:
             req = parse(json.loads(body))
-            model = served(req.model)  # the model the item names: local or an upstream's
-            result, runs = await answer(surface, model, req, ctx, Admission(reservation=budget))
+            async with leases():  # the model stays loaded until the item's answer is made
+                model = await served(req.model, ctx.deadline)  # the model the item names: local or an upstream's
+                result, runs = await answer(surface, model, req, ctx, Admission(reservation=budget))
             used = from_runs(runs)
             return ItemResult(200, result.model_dump(mode="json"), used)
         except Rejected as exc:
@@ -93,14 +98,14 @@ def _item(served: Served, parse: Parse, surface: Surface, dialect: Dialect, tena
     return run
 
 
-def handlers(served: Served, tenancy: Tenancy | None = None) -> dict[str, Handler]:
+def handlers(served: Served, tenancy: Tenancy | None = None, leases: Leases = nullcontext) -> dict[str, Handler]:
     """A handler for each route batch items may run on (the route registry's `batch`), by its path; `tenancy`:
-    the monthly budgets items reserve against (None: none)."""
+    the monthly budgets items reserve against (None: none); `leases`: the scope that holds an item's model."""
     return {
         CHAT.path: _item(served, lambda data: parse_openai(data, ChatCompletionRequest, openai_chat.chat_refusal),
-                         chat, CHAT.dialect, tenancy),
+                         chat, CHAT.dialect, tenancy, leases),
         COMPLETIONS.path: _item(served, lambda data: parse_openai(data, CompletionRequest,
                                                                   openai_completions.completion_refusal),
-                                completions, COMPLETIONS.dialect, tenancy),
-        PREDICTIONS.path: _item(served, predictions.parse, predictions, PREDICTIONS.dialect, tenancy),
+                                completions, COMPLETIONS.dialect, tenancy, leases),
+        PREDICTIONS.path: _item(served, predictions.parse, predictions, PREDICTIONS.dialect, tenancy, leases),
     }

@@ -11,15 +11,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import httpx
 from prometheus_client import CollectorRegistry, Gauge
 
 from sluicegate import redaction
 from sluicegate.api.drain import Drain
-from sluicegate.backends.base import ModelRunner, Tokenizer
+from sluicegate.api.local_models import LocalModel, LocalPool, State
+from sluicegate.backends.base import LoadedModel, ModelRunner, Tokenizer
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
+from sluicegate.protocol.openai_models import ModelState
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.chat_template import ChatFormat, chat_format, read_chat_template
 from sluicegate.serving.constraints import build_vocabulary
@@ -51,8 +54,10 @@ class ModelRuntime:
     tokenizers: TokenizerFactory | None = None  # an upstream model's tokenizer; None: the local model's runner
     more: dict[str, RunnerFactory] = field(default_factory=dict)  # further local models by name (--model NAME=GGUF)
     model: ServedModel | None = None  # the local model (None with --no-local-model)
-    more_models: dict[str, ServedModel] = field(default_factory=dict)  # the further local models, loaded
-    more_engines: list[Engine] = field(default_factory=list)
+    cards: dict[str, RunnerFactory] = field(default_factory=dict)  # a local model's tokenizer-only runner, by its
+    # `more` name ("": the default's), for a model loaded when asked for (else its full factory makes its card)
+    more_models: dict[str, ServedModel] = field(default_factory=dict)  # the further local models (loaded or card)
+    pool: LocalPool | None = None  # every local model, loaded or not (api/local_models.py)
     models: dict[str, ServedModel] = field(default_factory=dict)  # every served model by name, once all loaded
     http: httpx.AsyncClient | None = None  # the pooled client of every upstream
     engine: Engine | None = None
@@ -63,6 +68,9 @@ class ModelRuntime:
     shutdown: Callable[[str], None] | None = None  # ends the server (api/server/run.py sets it)
     _stop_loading: asyncio.Event = field(default_factory=asyncio.Event)
     load_started: float = 0.0
+    _compute: threading.Lock | None = None
+    _gauged: bool = False  # the compute-threads gauge registered (the first local model's runner)
+    _factories: dict[str, tuple[RunnerFactory, str | None]] = field(default_factory=dict)
 
     async def load(self) -> bool:
         """Load the local model, then probe the upstreams (upstream/load.py); health answers meanwhile and
@@ -139,30 +147,109 @@ class ModelRuntime:
         return self.model.runner if self.model is not None else self.factory()
 
     async def _load_local(self) -> None:
-        """The default model, then the others (`--model NAME=GGUF`), one after the other, each with its engine;
-        their forward passes take turns through one lock (`Engine` `compute`)."""
-        compute = threading.Lock() if self.more else None
+        """The default model, then the others (`--model NAME=GGUF`), each with its engine, their forward passes
+        taking turns through one lock (`Engine` `compute`). Under a memory budget or a keep_alive a model is the
+        pool's to load and unload (api/local_models.py): the default loads now, the others on first use, each
+        known meanwhile by its tokenizer-only card."""
+        self._compute = threading.Lock() if self.more else None
         m = self.config.model
-        try:
-            source = None if m.chat_template_file is None else read_chat_template(m.chat_template_file)
-        except (OSError, ValueError) as exc:  # checked at start-up: changed since
-            log.error("the chat template file cannot be read: %s", exc)
-            self.load_error = "chat_template"
-            return
-        loaded = await self._load_one(self.factory, source, compute)
-        if loaded is None:
-            return
-        self.model, self.engine = loaded
-        for name, factory in self.more.items():
-            other = await self._load_one(factory, None, compute)
-            if other is None:
+        sources: dict[str, str | None] = {}
+        for key in ("", *self.more):
+            file = m.options_for(key or m.name).chat_template_file or (m.chat_template_file if not key else None)
+            try:
+                sources[key] = None if file is None else read_chat_template(file)
+            except (OSError, ValueError) as exc:  # checked at start-up: changed since
+                log.error("the chat template file cannot be read: %s", exc)
+                self.load_error = "chat_template"
                 return
-            if other[0].identity.name in self.more_models or other[0].identity.name == self.model.identity.name:
-                log.error("refusing to serve: two local models are named %s", name)
+        entries: list[LocalModel] = []
+        for key, factory in {"": self.factory, **self.more}.items():
+            entry = await self._entry(key, factory, sources[key])
+            if entry is None:
+                return
+            if any(e.name == entry.name for e in entries):
+                log.error("refusing to serve: two local models are named %s", entry.name)
                 self.load_error = "duplicate_model"
                 return
-            self.more_models[other[0].identity.name] = other[0]
-            self.more_engines.append(other[1])
+            entries.append(entry)
+        if unknown := {n for n, _ in m.keep_alive if n} - {e.name for e in entries}:
+            log.error("refusing to serve: --keep-alive names %s, which is no local model (%s)",
+                      ", ".join(sorted(unknown)), ", ".join(e.name for e in entries))
+            self.load_error = "keep_alive"
+            return
+        pool = self.pool = LocalPool(entries, self._load_entry, self.registry, budget_bytes=m.memory_bytes)
+        if m.memory_bytes is not None and (big := [e for e in entries if e.cost > m.memory_bytes]):
+            log.error("refusing to serve: model %s needs %.0f MB (weights and KV), over --models-memory-bytes "
+                      "(%.0f MB)", big[0].name, big[0].cost / 1e6, m.memory_bytes / 1e6)
+            self.load_error = "models_memory_bytes"
+            return
+        default = entries[0]
+        if default.state is not State.LOADED and not await pool.load_now(default):
+            self.load_error = default.failure or "load_failed"
+            return
+        self.model, self.engine = default.card, default.engine  # a card is the loaded model when it stays
+        self.more_models = {e.name: e.card for e in entries[1:]}
+        pool.start()
+
+    async def _entry(self, key: str, factory: RunnerFactory, template: str | None) -> LocalModel | None:
+        """One local model: loaded now when every one stays (no budget, no keep_alive: its card is the loaded
+        model), else its card alone (its tokenizer, identity and limits; the default loads right after)."""
+        cfg = self.config.model
+        if cfg.memory_bytes is None and not cfg.keep_alive:
+            loaded = await self._load_one(factory, template, self._compute)
+            if loaded is None:
+                return None
+            served, engine = loaded
+            entry = LocalModel(served.identity.name, served, _cost(served), None, State.LOADED, served, engine,
+                               last_used=time.monotonic())
+            entry.ready.set()
+        else:
+            try:
+                runner = await asyncio.to_thread(self.cards.get(key, factory))
+            except Exception as exc:
+                log.exception("the model %s could not be read", key or "(default)")
+                self.load_error = type(exc).__name__
+                return None
+            budget = await asyncio.to_thread(Budget.for_runner, runner, self.config.limits)
+            card = ServedModel(runner, _NOT_LOADED, budget, chat_template_source=template,
+                               reasoning_format=cfg.reasoning_format)
+            await asyncio.to_thread(chat_format, card)
+            name = card.identity.name
+            entry = LocalModel(name, card, _cost(card), cfg.keep_alive_s(key or name))
+        self._factories[entry.name] = (factory, template)
+        return entry
+
+    async def _load_entry(self, entry: LocalModel) -> tuple[ServedModel, Engine]:
+        """The pool's loader: the model's weights and engine (api/local_models.py)."""
+        factory, template = self._factories[entry.name]
+        loaded = await self._load_one(factory, template, self._compute)
+        if loaded is None:
+            raise RuntimeError(self.load_error or "load_failed")
+        if loaded[0].identity != entry.card.identity:  # the file changed since the card was read
+            await asyncio.to_thread(loaded[1].stop)
+            loaded[1].close()
+            raise RuntimeError("the model file changed since start")
+        found, card = getattr(loaded[0].runner, "invariance", None), entry.card.runner
+        if found is not None and isinstance(card, LoadedModel) and card.invariance is None:
+            card.adopt(found)  # the card says what the loaded model measured, also once it is unloaded
+        return loaded
+
+    def state_of(self, model: ServedModel) -> ModelState:
+        """loaded, loading or unloaded (api/local_models.py); an upstream's: loaded."""
+        entry = None if self.pool is None or model.upstream else self.pool.models.get(model.identity.name)
+        return "loaded" if entry is None else _STATES[entry.state]
+
+    def leases(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """The scope that holds what `acquire` hands out (a batch item's; a request's is the ModelLeases
+        middleware's)."""
+        return self.pool.leases() if self.pool is not None else contextlib.nullcontext()
+
+    async def acquire(self, requested: str | None, deadline: float | None) -> ServedModel:
+        """`served`, then, for a local model, loaded (within `deadline`) and held for the request
+        (api/local_models.py); what every route that runs the model calls."""
+        found = self.served(requested)
+        entry = None if self.pool is None or found.upstream else self.pool.models.get(found.identity.name)
+        return found if entry is None else await self.pool.acquire(entry, deadline)  # type: ignore[union-attr]
 
     async def _load_one(self, factory: RunnerFactory, template: str | None,
                         compute: threading.Lock | None) -> tuple[ServedModel, Engine] | None:
@@ -177,7 +264,8 @@ class ModelRuntime:
         engine = Engine(runner, self.config.engine, registry=self.registry, compute=compute)
         # the forecast's step model, measured on the engine thread before /readyz says ready (`Engine.start`)
         await asyncio.to_thread(engine.start, calibrate=self.config.engine.deadline_admission)
-        if isinstance(getattr(runner, "compute_threads", None), int) and self.engine is None:  # llama.cpp's
+        if isinstance(getattr(runner, "compute_threads", None), int) and not self._gauged:  # llama.cpp's
+            self._gauged = True
             Gauge("sluicegate_compute_threads", "llama.cpp compute threads the last step used (fewer while other "
                   "processes hold cores; docs/engine.md)", registry=self.registry).set_function(
                 lambda: float(getattr(runner, "compute_threads", 0)))
@@ -207,7 +295,14 @@ class ModelRuntime:
                       "a cached prefix is cut back" if lim.sliding_window else "")
             log.info("KV cache: %d slots x %.1f MB = %.0f MB%s", lim.n_slots, lim.kv_bytes_per_slot / 1e6,
                      lim.n_slots * lim.kv_bytes_per_slot / 1e6, window)
-        if not lim.batch_invariant:
+        found = getattr(runner, "invariance", None)
+        if found is not None and found.why:  # measured at load (backends/invariance.py)
+            withdrawn = [name for name, holds in (("batching", found.batching and found.chunking),
+                                                  ("decoded KV", found.decoded), ("drafts", found.drafts)) if not holds]
+            log.warning("%s: its numerics were measured at load and are not exact across %s (%s); a request's tokens "
+                        "may depend on what is batched with it, and what is not exact is not reused (docs/engine.md, "
+                        "\"Earned per model\")", ident.name, ", ".join(withdrawn), found.why)
+        elif not lim.batch_invariant:
             log.warning("this runner's numerics depend on batching: a request's tokens may depend on what is "
                         "batched with it")
         if engine.scheduler.drafting is not None:
@@ -221,8 +316,8 @@ class ModelRuntime:
 
     @property
     def engines(self) -> list[Engine]:
-        """Every local model's engine, the default's first."""
-        return ([] if self.engine is None else [self.engine]) + self.more_engines
+        """Every loaded local model's engine, the default's first."""
+        return [] if self.pool is None else self.pool.engines()
 
     async def close(self) -> None:
         """The upstream clients, then the engine (the owner stops batch work first: api/state.py)."""
@@ -232,11 +327,13 @@ class ModelRuntime:
         if self.http is not None:
             await self.http.aclose()
         drain_s = 0.0 if self.drain.draining else self.config.limits.drain_s  # else drained already
+        if self.pool is not None:
+            await self.pool.close()
         engines = self.engines
         await asyncio.gather(*(asyncio.to_thread(e.stop, drain_s=drain_s) for e in engines))
         for e in engines:
             e.close()  # frees the model only if no step can still be running
-        self.engine, self.more_engines = None, []
+        self.engine = None
 
     def served(self, requested: str | None = None) -> ServedModel:
         """The model a request names (`name` or `name@version`; None: the local model, else the first
@@ -262,3 +359,23 @@ class ModelRuntime:
         """Every served model, the default first; refuses (503) while loading, as `served` does."""
         first = self.served()
         return [first] + [m for m in self.models.values() if m is not first]
+
+
+def _cost(model: ServedModel) -> int:
+    """What a local model holds loaded: its weights file and its slots' KV cache."""
+    lim = model.limits
+    return lim.weights_bytes + lim.n_slots * lim.kv_bytes_per_slot
+
+
+class _NotLoaded:
+    """A card's engine: never reached (a request runs on the loaded model, `ModelRuntime.acquire`)."""
+
+    def submit(self, requests: object) -> NoReturn:
+        raise ApiError("not_ready", "the model is not loaded", code="loading", retry_after=2)
+
+    def abort(self, request_id: str) -> None:
+        return None
+
+
+_NOT_LOADED = _NotLoaded()
+_STATES: dict[State, ModelState] = {State.LOADED: "loaded", State.LOADING: "loading", State.UNLOADED: "unloaded"}

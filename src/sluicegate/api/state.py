@@ -30,6 +30,7 @@ class AppState:
     store: Store = field(default_factory=in_memory)  # keys and the usage ledger; the caller owns it
     tokenizers: TokenizerFactory | None = None  # an upstream model's tokenizer; None: the local model's runner
     more: dict[str, RunnerFactory] = field(default_factory=dict)  # further local models, by served name
+    cards: dict[str, RunnerFactory] = field(default_factory=dict)  # their tokenizer-only runners ("": the default's)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # this app's: engine metrics, readiness
     drain: Drain = field(default_factory=Drain)  # the shutdown drain (api/drain.py, api/server/run.py)
     runtime: ModelRuntime = field(init=False)  # the served models, the engine, their loading
@@ -41,7 +42,7 @@ class AppState:
 
     def __post_init__(self) -> None:
         self.runtime = ModelRuntime(self.config, self.factory, self.registry, self.drain, self.tokenizers,
-                                    more=self.more)
+                                    more=self.more, cards=self.cards)
         ready = Gauge("sluicegate_ready", "1 once the model has loaded and the engine runs", registry=self.registry)
         ready.set_function(lambda: 1.0 if self.runtime.models and not self.drain.draining else 0.0)
         self.disconnects = Counter(
@@ -75,7 +76,8 @@ class AppState:
         """Load the models (api/model_runtime.py); once every one serves, batch work starts, wherever a model
         is served, local or upstream only."""
         if await self.runtime.load():
-            self.batch.start(handlers(self.runtime.served, self.tenancy), self.runtime.engine_slots())
+            self.batch.start(handlers(self.runtime.acquire, self.tenancy, self.runtime.leases),
+                             self.runtime.engine_slots())
 
     def stop_loading(self) -> None:
         """Shutting down: an upstream still being waited for is not checked again."""

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from sluicegate.backends.invariance import Invariance
 
 Logits = npt.NDArray[np.float32]
 
@@ -57,6 +60,7 @@ class RunnerLimits:
     max_drafts: int | None = None  # most drafts one verification item may carry (None: the step's budget)
     numerics: str = ""  # which kernels compute (e.g. "flash-attn"): part of `system_fingerprint`
     kv_bytes_per_slot: int = 0  # one slot's KV cache at its whole window (0: not known)
+    weights_bytes: int = 0  # the weights' size (the GGUF file's): with the slots' KV, what loading it costs
     sliding_window: int | None = None  # the window of the model's sliding-window layers (None: it has none)
 
 
@@ -78,6 +82,23 @@ class LoadedModel:
 
     _identity: ModelIdentity
     _limits: RunnerLimits
+    probe_at_load: bool = False  # measure at load what the limits declare exact (backends/invariance.py)
+    invariance: Invariance | None = None  # what that found
+
+    def earn_invariance(self) -> Invariance:
+        """Probes this runner (backends/invariance.py) and withdraws from its limits what did not hold; on the
+        thread that computes (the engine's: engine/core.py `Engine.start`)."""
+        from sluicegate.backends.invariance import probe
+
+        found = probe(cast("ModelRunner", self))
+        self.adopt(found)
+        return found
+
+    def adopt(self, found: Invariance) -> None:
+        """What a probe of this model found (a card, the tokenizer-only runner of a model loaded when asked for,
+        takes its loaded runner's finding)."""
+        self.invariance = found
+        self._limits = found.declare(self._limits)
 
     @property
     def identity(self) -> ModelIdentity:

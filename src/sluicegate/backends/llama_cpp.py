@@ -60,9 +60,17 @@ def _quiet_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 _backend_ready = False
 
 
+# ggml's CPU backend computes a K-quant (Q4_K, Q5_K, Q6_K...) matrix product on its tiled kernel from 8 rows up and
+# with the dot product below, and the two round differently: a token's logits then depend on how many rows share
+# its step (docs/engine.md, "Earned per model"). Off, every row takes the dot product, the lone sequence's fast
+# path. ggml reads the variable once, at its first product; an operator's own value is kept.
+TILED_K_QUANTS = "GGML_CPU_TILED_MM"
+
+
 def _init_backend() -> None:
     global _backend_ready
     if not _backend_ready:
+        os.environ.setdefault(TILED_K_QUANTS, "0")
         if not os.environ.get("SLUICEGATE_LLAMA_LOG"):
             L.llama_log_set(_quiet_log, ctypes.c_void_p())
         L.llama_backend_init()
@@ -76,12 +84,16 @@ class LlamaCppRunner(LoadedModel):
         self, path: Path, *, n_ctx: int = 2048, n_slots: int = 16, n_batch: int = 512, n_threads: int | None = None,
         name: str | None = None, version: str | None = None, flash_attn: bool = True, adaptive_threads: bool = True,
         vocab_only: bool = False, cache_types: tuple[str, str] = ("bf16", "f16"), tiled_prefill: bool = False,
+        hash_weights: bool | None = None, probe: bool = False,
     ) -> None:
         """`vocab_only`: the tokenizer alone (no weights, no context; `execute` is unusable), for a model an
         upstream engine runs. `cache_types`: the K and V cache types with flash attention; an f16 or f32 K of
         V's type (llama.cpp's default) lets ggml leave the one-row path, and the limits then say the numerics
-        depend on the batch. `tiled_prefill`: K and V in f16, prompts on the tiled kernel and generated tokens
-        on the one-row path, every call laid out so that each token takes its own (backends/tiled.py)."""
+        depend on the batch. `hash_weights`: the identity's digest from the file (default: unless `vocab_only`; a
+        local model's tokenizer-only card hashes it, so its identity is the loaded model's). `tiled_prefill`: K
+        and V in f16, prompts on the tiled kernel and generated tokens on the one-row path, every call laid out
+        so that each token takes its own (backends/tiled.py). `probe`: measure at load what the limits declare
+        exact and withdraw what does not hold (`LoadedModel.earn_invariance`, run by the engine at start)."""
         if tiled_prefill and not flash_attn:
             raise ValueError("tiled prefill is a flash-attention kernel: it needs flash attention on")
         if tiled_prefill:
@@ -142,6 +154,7 @@ class LlamaCppRunner(LoadedModel):
         self._limits = RunnerLimits(
             n_ctx=n_ctx, n_slots=n_slots, n_vocab=self._n_vocab, n_batch=n_batch,
             kv_bytes_per_slot=self._kv_bytes(self._stream, kv_types), sliding_window=self._sliding_window(),
+            weights_bytes=path.stat().st_size,
             eos_ids=frozenset(eos), bos_id=bos if bos >= 0 else None,
             batch_invariant=one_row or tiled_prefill, decoded_kv_exact=flash_attn and one_row,
             drafts_exact=flash_attn and (one_row or tiled_prefill),
@@ -149,7 +162,7 @@ class LlamaCppRunner(LoadedModel):
             numerics=(f"flash-attn:k={cache_types[0]}:v={cache_types[1]}" + (":tiled-prefill" if tiled_prefill else "")
                       if flash_attn else ""),
         )
-        digest = "unknown" if vocab_only else file_digest(path)
+        digest = file_digest(path) if (not vocab_only if hash_weights is None else hash_weights) else "unknown"
         meta_name = self._meta("general.name")
         self._identity = ModelIdentity(
             name=slug(name or meta_name or path.stem),
@@ -158,6 +171,7 @@ class LlamaCppRunner(LoadedModel):
         )
         tmpl = L.llama_model_chat_template(self._model, None)
         self._chat_template = tmpl.decode("utf-8") if tmpl else None
+        self.probe_at_load = probe and not vocab_only  # by the engine, on its thread (engine/core.py `start`)
 
     def _arch(self, key: str) -> int | None:
         arch = self._meta("general.architecture")

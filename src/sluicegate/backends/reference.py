@@ -62,7 +62,7 @@ class ReferenceRunner(LoadedModel):
         self._limits = RunnerLimits(
             n_ctx=n_ctx, n_slots=n_slots, n_vocab=N_VOCAB, n_batch=n_batch,
             eos_ids=frozenset({EOS_ID}), bos_id=BOS_ID, decoded_kv_exact=decoded_kv_exact,
-            drafts_exact=decoded_kv_exact,
+            drafts_exact=decoded_kv_exact, weights_bytes=self._emb.nbytes + self._out.nbytes + self._pos.nbytes,
         )
         self.executed_tokens = 0  # counters tests can read
         self.execute_calls = 0

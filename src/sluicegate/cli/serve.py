@@ -79,34 +79,45 @@ def run(args: argparse.Namespace) -> int:
             return 2
     config = to_config(s, model_path=path)
     m = config.model
-    if m.chat_template_file is not None:
+    templates = [("--chat-template-file", m.chat_template_file)] + [
+        (f"--model-option {name}:chat_template_file", o.chat_template_file) for name, o in m.options]
+    for flag, template in templates:
+        if template is None:
+            continue
         from sluicegate.serving.chat_template import read_chat_template
 
         try:
-            read_chat_template(m.chat_template_file)
+            read_chat_template(template)
         except (OSError, ValueError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            print(f"sluicegate: --chat-template-file {m.chat_template_file}: {why}", file=sys.stderr)
+            print(f"sluicegate: {flag} {template}: {why}", file=sys.stderr)
             return 2
 
-    def factory() -> LlamaCppRunner:
-        return LlamaCppRunner(path, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch, n_threads=m.n_threads,
-                              name=m.name, version=m.version, flash_attn=m.flash_attn, tiled_prefill=m.tiled_prefill,
-                              adaptive_threads=m.adaptive_threads)
+    def runner(gguf: Path, name: str | None, version: str | None, card: bool = False) -> LlamaCppRunner:
+        """A local model's runner (its own options over the server's); `card`: its tokenizer alone, read at
+        start for a model loaded when asked for."""
+        o = m.options_for(name)
+        return LlamaCppRunner(gguf, n_ctx=o.n_ctx or m.n_ctx, n_slots=o.n_slots or m.n_slots, n_batch=m.n_batch,
+                              n_threads=o.n_threads or m.n_threads, name=name, version=o.version or version,
+                              flash_attn=m.flash_attn, tiled_prefill=m.tiled_prefill,
+                              adaptive_threads=m.adaptive_threads, vocab_only=card, hash_weights=True,
+                              probe=not card)
 
-    def named(name: str, gguf: Path) -> Callable[[], ModelRunner]:
-        return lambda: LlamaCppRunner(gguf, n_ctx=m.n_ctx, n_slots=m.n_slots, n_batch=m.n_batch,
-                                      n_threads=m.n_threads, name=name, flash_attn=m.flash_attn,
-                                      tiled_prefill=m.tiled_prefill, adaptive_threads=m.adaptive_threads)
+    def factory() -> LlamaCppRunner:
+        return runner(path, m.name, m.version)
+
+    def named(name: str, gguf: Path, card: bool = False) -> Callable[[], ModelRunner]:
+        return lambda: runner(gguf, name, None, card)
 
     more = {name: named(name, gguf) for name, gguf in m.more}
+    cards = {"": lambda: runner(path, m.name, m.version, True), **{n: named(n, g, True) for n, g in m.more}}
     store, refusal = serve_store(config.store, host=s.host, insecure_no_auth=s.insecure_no_auth)
     if store is None:
         print(f"sluicegate: {refusal}", file=sys.stderr)
         return 2
     upstream = config.upstream
     try:
-        app = create_app(config, factory, store=store, more=more,
+        app = create_app(config, factory, store=store, more=more, cards=cards,
                          tokenizers=tokenizer_factory(upstream, path) if upstream.targets else None)
         serve_app(app, app.state.sluicegate, log_level=s.log_level)
     finally:

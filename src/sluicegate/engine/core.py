@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from sluicegate.backends.base import BatchItem, ModelRunner
+from sluicegate.backends.base import BatchItem, LoadedModel, ModelRunner
 from sluicegate.engine.admission import DeadlineAdmission, forecast_errors
 from sluicegate.engine.calibrate import measure
 from sluicegate.engine.detokenizer import IncrementalDetokenizer, StopMatcher
@@ -113,10 +113,19 @@ class Engine:
         self._stopping = False
         self._thread: threading.Thread | None = None
 
+    def _earn_invariance(self) -> None:
+        """A runner that asks for it is probed (backends/invariance.py) before anything is served; what did not
+        hold is withdrawn from the runner's limits and from what the scheduler reuses (decoded KV, drafts)."""
+        if isinstance(self.runner, LoadedModel) and self.runner.probe_at_load and self.runner.invariance is None:
+            with self._compute:
+                found = self.runner.earn_invariance()
+            self.scheduler.withdraw(replies=found.decoded, drafts=found.drafts)
+
     # -- any thread --------------------------------------------------------------------------------------
     def start(self, *, calibrate: bool = False) -> None:
-        """Start the engine thread; with `calibrate`, it first measures the step model (`calibrate`) and this
-        returns once it has (re-raising what the measurement raised: then the thread has ended).
+        """Start the engine thread: it first probes the runner's numerics when the runner asks
+        (`_earn_invariance`), and with `calibrate` measures the step model (`calibrate`); this returns once both
+        are done (re-raising what they raised: then the thread has ended).
 
         The measurement runs on the engine thread because llama.cpp's steps are only as fast there as anywhere
         if no other thread ever computed: GNU OpenMP keeps a pool of workers per thread that ran a parallel
@@ -129,23 +138,23 @@ class Engine:
         failed: list[BaseException] = []
 
         def run() -> None:
-            if calibrate:
-                try:
+            try:
+                self._earn_invariance()  # the runner's numerics, measured (when it asks) before the step model
+                if calibrate:
                     self.calibrate()
-                except BaseException as exc:  # handed to the caller, who fails the load
-                    failed.append(exc)
-                    return
-                finally:
-                    done.set()
+            except BaseException as exc:  # handed to the caller, who fails the load
+                failed.append(exc)
+                return
+            finally:
+                done.set()
             self._loop()
 
         self._thread = threading.Thread(target=run, name="sluicegate-engine", daemon=True)
         self._thread.start()
-        if calibrate:
-            done.wait()
-            if failed:
-                self._thread.join()
-                raise failed[0]
+        done.wait()
+        if failed:
+            self._thread.join()
+            raise failed[0]
 
     def submit(self, request: EngineRequest, sink: Sink) -> None:
         """Queue a request, or refuse it at once: `EngineOverloaded` when the waiting queue is full,
@@ -182,7 +191,8 @@ class Engine:
         """Measure the step model deadline admission forecasts with (engine/calibrate.py) and start correcting
         it from there. `start(calibrate=True)` calls it on the engine thread, which the server does (`start` says
         why); called directly, call it before `start` (the engine thread owns the runner after)."""
-        c = measure(self.runner, repeats)
+        with self._compute:  # another model's steps wait (a second or so): neither measures the other's barriers
+            c = measure(self.runner, repeats)
         self._throughput.calibrate(c, time.monotonic())
         log.info("calibrated the step time: %.1f ms at one sequence, %.1f ms at %d; %.2f ms a prompt token",
                  c.step_1 * 1e3, c.step_n * 1e3, c.n_slots, c.token_s * 1e3)
@@ -229,6 +239,11 @@ class Engine:
             return not self._thread.is_alive()
         return True
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, nothing running: the model may be unloaded (api/local_models.py)."""
+        return not self._busy()
+
     def _busy(self) -> bool:
         with self._lock:
             queued = bool(self._inbox or self._waiting_n)
@@ -240,6 +255,7 @@ class Engine:
         if self._thread is not None and self._thread.is_alive():
             log.warning("the engine thread is still in a step; the model is not freed")
             return
+        self.metrics.detach()  # its samples leave /metrics with it (a model unloaded: api/local_models.py)
         self.runner.close()
 
     def _retry_after(self, waiting: int) -> int:

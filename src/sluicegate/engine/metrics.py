@@ -45,6 +45,9 @@ class _StatsCollector(Collector):
     def add(self, stats: EngineStats, model_name: str) -> None:
         self._engines.append((stats, model_name))
 
+    def remove(self, stats: EngineStats) -> None:
+        self._engines = [(s, m) for s, m in self._engines if s is not stats]
+
     def collect(self) -> Iterator[Metric]:
         snaps = [(stats.snapshot(), model) for stats, model in self._engines]
         for name, text in COUNTER_HELP.items():
@@ -146,7 +149,13 @@ class EngineMetrics:
         self.admission_forecast_error = fam.admission_forecast_error.labels(m)
         self._finished = fam.finished
         self._model = m
+        self._stats, self._collector = stats, fam.stats
         fam.stats.add(stats, m)
+
+    def detach(self) -> None:
+        """The engine is gone (its model unloaded): its gauges and counters leave the scrape; a model loaded again
+        reports from zero, as after a restart (Prometheus' rate() reads the reset)."""
+        self._collector.remove(self._stats)
 
     def finished(self, reason: str) -> None:
         self._finished.labels(self._model, reason).inc()

@@ -151,6 +151,13 @@ class Scheduler:
             if exact and config.speculative_auto > 0 and not config.speculative_ngram else None
         )
 
+    def withdraw(self, *, replies: bool, drafts: bool) -> None:
+        """What a load-time probe found not exact is not reused (engine/core.py): decoded tokens stay out of the
+        prefix cache, adaptive drafting stays off."""
+        self.exact_replies = self.exact_replies and replies
+        if not drafts:
+            self.drafting = None
+
     # -- admission ---------------------------------------------------------------------------------------
     def has_room(self, n_prompt_tokens: int, *, extra_requests: int = 0, extra_tokens: int = 0) -> bool:
         """Whether one more request of `n_prompt_tokens` fits the waiting queue's bounds (plus `extra_*`

@@ -8,12 +8,17 @@ from pydantic import Field
 
 from sluicegate.protocol.common import ResponseModel
 
+ModelState = Literal["loaded", "loading", "unloaded"]
+
 
 class OpenAIModel(ResponseModel):
     id: str = Field(description="the served name; `name@version` is accepted wherever a model is named")
     object: Literal["model"] = "model"
     created: int = Field(description="when this server process started serving it (Unix seconds)")
     owned_by: str = "sluicegate"
+    state: ModelState = Field(
+        "loaded", description="a local model under a memory budget or keep_alive loads on its first request and "
+        "may be unloaded when idle (docs/models.md); an upstream's is always loaded")
 
 
 class ModelList(ResponseModel):
@@ -67,6 +72,9 @@ class KvInfo(ResponseModel):
     exact: list[str] = Field(description="what never changes an output for this model: `batching` (what else is in "
                                          "a step), `decoded_kv` (a finished reply reused as the next turn's prompt), "
                                          "`drafts` (speculative decoding's verification)")
+    inexact: str | None = Field(None, description="why what is left out of `exact` is not exact for this model, as "
+                                "measured when it loaded (docs/engine.md, \"Earned per model\"); null: nothing was "
+                                "found")
 
 
 class ModelDetails(OpenAIModel):

@@ -7,7 +7,7 @@ import time
 
 from sluicegate.config import Config
 from sluicegate.protocol.generate import GenerateOptions
-from sluicegate.protocol.openai_models import ChatInfo, KvInfo, ModelDetails, ModelLimits, ModelSchemas
+from sluicegate.protocol.openai_models import ChatInfo, KvInfo, ModelDetails, ModelLimits, ModelSchemas, ModelState
 from sluicegate.protocol.predictions import input_schema, options_schema
 from sluicegate.serving.chat_template import chat_format
 from sluicegate.serving.models import ServedModel
@@ -17,8 +17,9 @@ def kv_info(model: ServedModel) -> KvInfo:
     lim = model.limits
     exact = [name for name, holds in (("batching", lim.batch_invariant), ("decoded_kv", lim.decoded_kv_exact),
                                       ("drafts", lim.drafts_exact)) if holds and not model.upstream]
+    found = getattr(model.runner, "invariance", None)  # measured at load (backends/invariance.py)
     return KvInfo(slots=lim.n_slots, bytes_per_slot=lim.kv_bytes_per_slot or None, sliding_window=lim.sliding_window,
-                  exact=exact)
+                  exact=exact, inexact=found.why or None if found is not None else None)
 
 
 def chat_info(model: ServedModel) -> ChatInfo:
@@ -34,13 +35,14 @@ def chat_info(model: ServedModel) -> ChatInfo:
 STARTED = int(time.time())
 
 
-def describe(model: ServedModel, config: Config, requested: str | None) -> ModelDetails:
-    """The card of the model `requested` names (model_not_found otherwise)."""
+def describe(model: ServedModel, config: Config, requested: str | None, state: ModelState = "loaded") -> ModelDetails:
+    """The card of the model `requested` names (model_not_found otherwise); `state`: loaded, loading, unloaded."""
     ident = model.resolve(requested)
     budget, jobs = model.token_budget, config.jobs
     n_ctx = model.limits.n_ctx
     return ModelDetails(
-        id=ident.name, created=STARTED, name=ident.name, version=ident.version, ref=ident.ref, digest=ident.digest,
+        id=ident.name, created=STARTED, state=state, name=ident.name, version=ident.version, ref=ident.ref,
+        digest=ident.digest,
         versions=[ident.version], aliases=[ident.name, ident.ref], context_window=n_ctx,
         limits=ModelLimits(
             max_body_bytes=config.limits.max_body_bytes,

@@ -3,7 +3,9 @@ settings to config objects. ValueError names the flags of a combination that can
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 from sluicegate.config import (
     AuthConfig,
@@ -14,6 +16,7 @@ from sluicegate.config import (
     JobsConfig,
     LimitsConfig,
     ModelConfig,
+    ModelOptions,
     RateLimitConfig,
     StoreConfig,
     UpstreamConfig,
@@ -22,6 +25,7 @@ from sluicegate.config import (
     WebhookConfig,
 )
 from sluicegate.engine.scheduler import SchedulerConfig
+from sluicegate.settings import types as t
 from sluicegate.settings.model import ServeSettings
 from sluicegate.settings.show import redact
 
@@ -30,17 +34,68 @@ DEFAULT_NAME, DEFAULT_VERSION = "smollm2-135m-instruct", "q4_1"  # the model shi
 
 def model_specs(s: ServeSettings) -> list[tuple[str | None, Path]]:
     """`--model` as (name or None, path), in order: the first is the default model; every other needs a NAME
-    (ValueError otherwise, or for a name given twice)."""
+    (ValueError otherwise, or for a name given twice). A directory stands for its `*.gguf` files, in name order,
+    each served by its file's name (lowercase; other characters than letters, digits, '.', '_', '-' become '-')."""
     out: list[tuple[str | None, Path]] = []
     for spec in s.model:
         name, sep, rest = spec.partition("=")
-        out.append((name, Path(rest).expanduser()) if sep else (None, Path(spec).expanduser()))
+        path = Path(rest if sep else spec).expanduser()
+        if path.is_dir():
+            files = sorted((p for p in path.iterdir() if p.suffix.lower() == ".gguf" and p.is_file()),
+                           key=lambda p: p.name.lower())
+            if not files:
+                raise ValueError(f"--model: the directory {path} holds no .gguf file")
+            out.extend((_file_name(p), p) for p in files)
+        else:
+            out.append((name, path) if sep else (None, path))
     if any(name is None for name, _ in out[1:]):
         raise ValueError("--model: every model after the first needs a name (--model NAME=GGUF)")
     names = [n for n, _ in out if n is not None]
     if len(set(names)) != len(names):
         raise ValueError("--model: two models have the same name")
     return out
+
+
+def _file_name(path: Path) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", path.stem.lower()).strip("-")[:64] or "model"
+
+
+def keep_alive(s: ServeSettings) -> tuple[tuple[str, float], ...]:
+    """`--keep-alive` as (served name, seconds): "" for every model's; a name given twice keeps the last; a
+    model's `keep_alive` option is its own."""
+    found: dict[str, float] = {}
+    for spec in s.keep_alive:
+        name, sep, rest = spec.rpartition("=")
+        found[name if sep else ""] = t.duration_s(rest if sep else spec)
+    for name, key, value in _options(s):
+        if key == "keep_alive":
+            found[name] = t.duration_s(value)
+    return tuple(found.items())
+
+
+def _options(s: ServeSettings) -> list[tuple[str, str, str]]:
+    out = []
+    for spec in s.model_option:
+        name, _, rest = spec.partition(":")
+        key, _, value = rest.partition("=")
+        out.append((name, key, value))
+    return out
+
+
+def model_options(s: ServeSettings) -> tuple[tuple[str, ModelOptions], ...]:
+    """`--model-option NAME:KEY=VALUE` by model; a NAME no `--model NAME=` (or `--name`) serves is refused."""
+    names = {n for n, _ in model_specs(s) if n is not None} | ({s.name} if s.name else set())
+    fields = {"ctx": "n_ctx", "slots": "n_slots", "threads": "n_threads", "chat_template_file": "chat_template_file",
+              "version": "version"}
+    found: dict[str, dict[str, Any]] = {}
+    for name, key, value in _options(s):
+        if name not in names:
+            raise ValueError(f"--model-option {name}:{key}: no local model is named {name} (--model NAME=GGUF)")
+        if key in fields:
+            parsed = t.MODEL_OPTIONS[key](value)
+            found.setdefault(name, {})[fields[key]] = Path(parsed).expanduser() if key == "chat_template_file" \
+                else parsed
+    return tuple((name, ModelOptions(**given)) for name, given in found.items())
 
 
 def served_identity(s: ServeSettings) -> tuple[str | None, str | None]:
@@ -156,7 +211,8 @@ def to_config(s: ServeSettings, *, model_path: Path | None = None, default_name:
                           n_ctx=s.ctx, n_slots=s.slots, more=tuple((n or "", p) for n, p in model_specs(s)[1:]),
                           n_threads=s.threads, adaptive_threads=s.adaptive_threads, flash_attn=s.flash_attn,
                           tiled_prefill=s.tiled_prefill, chat_template_file=s.chat_template_file,
-                          reasoning_format=s.reasoning_format),
+                          reasoning_format=s.reasoning_format, memory_bytes=s.models_memory_bytes,
+                          keep_alive=keep_alive(s), options=model_options(s)),
         engine=engine_config(s),
         limits=limits_config(s),
         deadlines=DeadlineConfig(default_timeout_s=s.default_timeout, max_timeout_s=s.max_timeout),

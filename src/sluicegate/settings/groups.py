@@ -87,6 +87,17 @@ class ModelSettings(Group):
     kv_cache_bytes: Annotated[int | None, Flag(t.nonnegative_int, "BYTES")] = _E.kv_cache_bytes
     """host memory for evicted slots' KV, restored when their conversation returns instead of prefilled again (default:
     an eighth of the machine's memory; 0: off; docs/engine.md, KV tier)"""
+    models_memory_bytes: OptPosInt = None
+    """the local models' memory budget (weights files and KV caches): the default model loads at start, another on its
+    first request, and the least recently used idle ones are unloaded to make room (default: none, every model loads
+    at start and stays; docs/models.md)"""
+    model_option: Annotated[list[str], NoDecode, Flag(t.model_option, "NAME:KEY=VALUE", repeat=True)] = []
+    """one local model's own setting, over the server-wide one: ctx, slots, threads, chat_template_file, keep_alive,
+    version (repeat it; in the TOML file a [models.NAME] table: `[models.gemma]` `path = "g.gguf"` `ctx = 1024`;
+    docs/models.md)"""
+    keep_alive: Annotated[list[str], NoDecode, Flag(t.keep_alive, "[NAME=]DURATION", repeat=True)] = []
+    """how long an idle local model stays loaded (Ollama's keep_alive: 300, 5m, 1h; 0: unloaded once idle; -1: always);
+    NAME=DURATION for one model, a bare DURATION for every model (default: always; docs/models.md)"""
 
 
 class HttpSettings(Group):

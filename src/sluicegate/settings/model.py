@@ -133,6 +133,7 @@ def read_file(path: Path) -> dict[str, Any]:
         raise SettingsError(f"the configuration file {path} cannot be read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"the configuration file {path} is not valid TOML: {exc}") from None
+    tables = data.pop("models", None)
     for key, value in data.items():
         if isinstance(value, dict):
             raise SettingsError(f"{path}: [{key}] is a table; settings are top-level keys (`ctx = 2048`)")
@@ -143,7 +144,28 @@ def read_file(path: Path) -> dict[str, Any]:
             data[key] = str(path.parent.resolve() / value)
         elif key == "model" and isinstance(value, list):  # [NAME=]PATH entries
             data[key] = [_relative_model(str(v), path.parent) for v in value]
+    if tables is not None:
+        _model_tables(path, tables, data)
     return data
+
+
+def _model_tables(path: Path, tables: Any, data: dict[str, Any]) -> None:
+    """`[models.NAME]` tables (`path` and the keys of `--model-option`) as the flags would give them: each
+    model's `NAME=PATH` after the file's `model` list, its options as `NAME:KEY=VALUE`."""
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise SettingsError(f"{path}: models is a table of tables, one per model: [models.NAME] path = \"...\"")
+    for name, table in tables.items():
+        if "path" not in table:
+            raise SettingsError(f"{path}: [models.{name}] needs a path (the GGUF)")
+        entries = list(data.get("model", []))
+        entries.append(_relative_model(f"{name}={table['path']}", path.parent))
+        data["model"] = entries
+        for key, value in table.items():
+            if key == "path":
+                continue
+            if key == "chat_template_file" and isinstance(value, str):
+                value = str(Path(path.parent.resolve() / Path(value).expanduser()))
+            data["model_option"] = [*data.get("model_option", []), f"{name}:{key}={value}"]
 
 
 def _secret_files() -> tuple[dict[str, Any], dict[str, str]]:

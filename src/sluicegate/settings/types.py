@@ -128,6 +128,49 @@ def model_spec(value: Any) -> str:
     return spec
 
 
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_s(value: Any) -> float:
+    """Ollama's keep_alive duration: seconds (`300`), or with a unit (`90s`, `5m`, `1h`); negative: forever."""
+    raw = text(value).strip().lower()
+    unit = _DURATION_UNITS.get(raw[-1:]) if raw[-1:].isalpha() else 1.0
+    number = raw[:-1] if raw[-1:].isalpha() else raw
+    try:
+        x = float(number) * (unit if unit is not None else math.nan)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x):
+        raise ValueError("a duration is seconds (300) or a number with s, m or h (5m); negative: forever")
+    return x
+
+
+def keep_alive(value: Any) -> str:
+    """DURATION, or NAME=DURATION (NAME: a local model's served name)."""
+    spec = text(value)
+    name, sep, rest = spec.rpartition("=")
+    if sep and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+        raise ValueError("a model's NAME is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    duration_s(rest if sep else spec)
+    return spec
+
+
+MODEL_OPTIONS: dict[str, Callable[[Any], Any]] = {}  # a local model's own settings (`--model-option`), filled below
+
+
+def model_option(value: Any) -> str:
+    """NAME:KEY=VALUE: one setting of one local model (KEY: one of `MODEL_OPTIONS`), its VALUE checked."""
+    spec = text(value)
+    name, sep, rest = spec.partition(":")
+    key, eq, val = rest.partition("=")
+    if not sep or not eq or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+        raise ValueError("a model option is NAME:KEY=VALUE (gemma:ctx=1024)")
+    if key not in MODEL_OPTIONS:
+        raise ValueError(f"a model option's KEY is one of {', '.join(MODEL_OPTIONS)}, not {key!r}")
+    MODEL_OPTIONS[key](val)
+    return spec
+
+
 REASONING_FORMATS = ("auto", "deepseek", "none")
 
 
@@ -222,3 +265,7 @@ __all__ = ["LOG_FORMATS", "LOG_LEVELS", "Parse", "cors_origin", "docs_url", "fla
            "log_level", "network", "nonnegative_int", "nonnegative_seconds", "port", "positive_days",
            "positive_hours", "positive_int", "positive_seconds", "seconds_or_none", "speculative", "split_list",
            "text"]
+
+
+MODEL_OPTIONS.update(ctx=positive_int, slots=positive_int, threads=positive_int, chat_template_file=text,
+                     keep_alive=duration_s, version=text)

@@ -71,7 +71,8 @@ async def read_request(request: Request, model: type[M]) -> tuple[M, RequestCont
     parsed = validate(data, model)
     ctx.record.stage("validate", t)
     requested = getattr(parsed, "model", None)
-    return parsed, ctx, runtime_of(request).served(requested if isinstance(requested, str) else None)
+    return parsed, ctx, await runtime_of(request).acquire(requested if isinstance(requested, str) else None,
+                                                          ctx.deadline)
 
 
 async def read_work(request: Request, model: type[M]) -> tuple[M, ServedModel]:

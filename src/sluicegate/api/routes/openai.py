@@ -26,7 +26,7 @@ from sluicegate.protocol.common import ErrorEnvelope
 from sluicegate.protocol.openai_chat import ChatCompletion, ChatCompletionRequest
 from sluicegate.protocol.openai_common import FieldRefusal
 from sluicegate.protocol.openai_completions import Completion, CompletionRequest
-from sluicegate.protocol.openai_models import ModelDetails, ModelList, OpenAIModel
+from sluicegate.protocol.openai_models import ModelDetails, ModelList, ModelState, OpenAIModel
 from sluicegate.refusal import Rejected
 from sluicegate.serving import openai_chat as chat
 from sluicegate.serving import openai_completions as completions
@@ -131,13 +131,13 @@ async def serve(
 
     async def read() -> tuple[M, ServedModel]:
         req = await read_openai(request, schema, refuse)
-        return req, runtime_of(request).served(getattr(req, "model", None))
+        return req, await runtime_of(request).acquire(getattr(req, "model", None), context_of(request.scope).deadline)
 
     return await work.serve(request, read, surface)
 
 
-def _model_object(served: ServedModel) -> OpenAIModel:
-    return OpenAIModel(id=served.identity.name, created=STARTED)
+def _model_object(served: ServedModel, state: ModelState) -> OpenAIModel:
+    return OpenAIModel(id=served.identity.name, created=STARTED, state=state)
 
 
 @router.get(
@@ -146,7 +146,7 @@ def _model_object(served: ServedModel) -> OpenAIModel:
 async def list_models(request: Request, runtime: Runtime) -> Response:
     ctx = context_of(request.scope)
     try:
-        return json_reply(ModelList(data=[_model_object(m) for m in runtime.all_served()]), ctx)
+        return json_reply(ModelList(data=[_model_object(m, runtime.state_of(m)) for m in runtime.all_served()]), ctx)
     except Rejected as exc:
         return render_error(request.scope, exc, ctx.request_id)
 
@@ -160,6 +160,7 @@ async def list_models(request: Request, runtime: Runtime) -> Response:
 async def get_model(request: Request, model_id: str, runtime: Runtime, config: Settings) -> Response:
     ctx = context_of(request.scope)
     try:
-        return json_reply(describe(runtime.served(model_id), config, model_id), ctx)
+        model = runtime.served(model_id)
+        return json_reply(describe(model, config, model_id, runtime.state_of(model)), ctx)
     except Rejected as exc:
         return render_error(request.scope, exc, ctx.request_id)
