@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -36,9 +37,10 @@ def main() -> None:
     ap.add_argument("--tiled-prefill", action="store_true",
                     help="prompts on the tiled kernel, generated tokens on the one-row path (backends/tiled.py)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--model", type=Path, default=None, help="another GGUF (default: SmolLM2)")
     ap.add_argument("--reuse-sweep", type=int, default=0, metavar="N", help="also check reuse at lengths 1..N")
     args = ap.parse_args()
-    r = LlamaCppRunner(default_model_path(), n_ctx=2048, n_slots=8, n_batch=512, n_threads=args.threads,
+    r = LlamaCppRunner(args.model or default_model_path(), n_ctx=2048, n_slots=8, n_batch=512, n_threads=args.threads,
                        flash_attn=args.flash_attn, tiled_prefill=args.tiled_prefill)
     rng = np.random.default_rng(7)
     prompt = [int(t) for t in rng.integers(100, 40_000, size=900)]

@@ -1,6 +1,7 @@
 """How often does batching change a greedy or seeded output? In-process, flash attention on vs off.
 
     flock /tmp/sluicegate-bench.lock .venv/bin/python bench/fidelity.py [--new-tokens 64]
+    ... bench/fidelity.py --model gemma-3-270m-q4_k_m.gguf --shipped-only   # another model, as served
 
 Runs the 32 requests of tests/e2e/test_batching.py through the engine (LlamaCppRunner, 16 slots) one at a
 time and then all at once, with llama.cpp's flash attention on (as the runner ships it: every call on the
@@ -42,11 +43,13 @@ def run(engine: Engine, requests: list[EngineRequest]) -> list[list[int]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--model", type=Path, default=None, help="another GGUF (default: SmolLM2)")
+    ap.add_argument("--shipped-only", action="store_true", help="flash attention on only (as served)")
     args = ap.parse_args()
     print("| flash attention | requests differing (batched vs alone) | first differing token (position) |")
     print("|---|---|---|")
-    for fa in (True, False):
-        runner = LlamaCppRunner(default_model_path(), n_slots=16, n_ctx=1024, flash_attn=fa)
+    for fa in (True,) if args.shipped_only else (True, False):
+        runner = LlamaCppRunner(args.model or default_model_path(), n_slots=16, n_ctx=1024, flash_attn=fa)
         engine = Engine(runner)
         engine.start()
 
