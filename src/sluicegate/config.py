@@ -18,6 +18,7 @@ class ModelOptions:
     n_threads: int | None = None
     chat_template_file: Path | None = None
     version: str | None = None
+    kv_cache_bytes: int | None = None  # its own KV tier budget (each model's engine has a tier of its own)
 
 
 @dataclass(frozen=True, slots=True)

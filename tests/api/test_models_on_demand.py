@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.api.app import create_app
 from sluicegate.backends.reference import ReferenceRunner
-from sluicegate.config import Config, ModelConfig
+from sluicegate.config import Config, ModelConfig, ModelOptions
 from sluicegate.testing.wait import wait_for
 from tests.conftest import wait_ready
 
@@ -132,3 +132,12 @@ def test_a_model_over_the_budget_is_refused_at_start() -> None:
         r = c.get("/readyz")
         wait_for(lambda: c.get("/readyz").json()["error"]["code"] == "load_failed")
         assert r.status_code == 503
+
+
+def test_a_model_has_its_own_kv_tier_budget() -> None:
+    own = ModelConfig(options=(("second", ModelOptions(kv_cache_bytes=12_345)),))
+    with serve(own) as c:
+        wait_ready(c)
+        engines = c.app.state.sluicegate.runtime.engines  # type: ignore[attr-defined]
+        budgets = {e.runner.identity.name: e.kv_tier.budget_bytes for e in engines}
+    assert budgets["second"] == 12_345 and budgets["reference"] != 12_345  # the other keeps the server's

@@ -180,8 +180,9 @@ def test_models_tables_in_the_file_are_each_models_own_settings(tmp_path: Path) 
     assert m.options_for("gemma") == ModelOptions(n_ctx=1024, n_slots=4, chat_template_file=template)
     assert m.options_for("smol") == ModelOptions() and m.n_ctx == 2048
     assert m.keep_alive_s("gemma") == 300.0
-    flags = to_config(load({"model": ["a=/a.gguf"], "model_option": ["a:threads=1", "a:version=v2"]}).settings).model
-    assert flags.options_for("a") == ModelOptions(n_threads=1, version="v2")
+    flags = to_config(load({"model": ["a=/a.gguf"], "model_option": ["a:threads=1", "a:version=v2",
+                                                                     "a:kv_cache_bytes=0"]}).settings).model
+    assert flags.options_for("a") == ModelOptions(n_threads=1, version="v2", kv_cache_bytes=0)
     with pytest.raises(ValueError, match="no local model is named b"):
         to_config(load({"model": ["a=/a.gguf"], "model_option": ["b:ctx=5"]}).settings)
     for bad in ("a:ctx=0", "a:speed=9", "a=ctx:5", "actx=5"):

@@ -22,6 +22,7 @@ from sluicegate.api.local_models import LocalModel, LocalPool, State
 from sluicegate.backends.base import LoadedModel, ModelRunner, Tokenizer
 from sluicegate.config import Config
 from sluicegate.engine import AsyncEngine, Engine
+from sluicegate.engine.scheduler import SchedulerConfig
 from sluicegate.protocol.openai_models import ModelState
 from sluicegate.serving.budget import Budget
 from sluicegate.serving.chat_template import ChatFormat, chat_format, read_chat_template
@@ -70,7 +71,7 @@ class ModelRuntime:
     load_started: float = 0.0
     _compute: threading.Lock | None = None
     _gauged: bool = False  # the compute-threads gauge registered (the first local model's runner)
-    _factories: dict[str, tuple[RunnerFactory, str | None]] = field(default_factory=dict)
+    _factories: dict[str, tuple[RunnerFactory, str | None, SchedulerConfig]] = field(default_factory=dict)
 
     async def load(self) -> bool:
         """Load the local model, then probe the upstreams (upstream/load.py); health answers meanwhile and
@@ -196,7 +197,7 @@ class ModelRuntime:
         model), else its card alone (its tokenizer, identity and limits; the default loads right after)."""
         cfg = self.config.model
         if cfg.memory_bytes is None and not cfg.keep_alive:
-            loaded = await self._load_one(factory, template, self._compute)
+            loaded = await self._load_one(factory, template, self._engine_config(key))
             if loaded is None:
                 return None
             served, engine = loaded
@@ -216,13 +217,20 @@ class ModelRuntime:
             await asyncio.to_thread(chat_format, card)
             name = card.identity.name
             entry = LocalModel(name, card, _cost(card), cfg.keep_alive_s(key or name))
-        self._factories[entry.name] = (factory, template)
+        self._factories[entry.name] = (factory, template, self._engine_config(key))
         return entry
+
+    def _engine_config(self, key: str) -> SchedulerConfig:
+        """The engine's settings for the model `key` names ("": the default): the server's, with its own KV tier
+        budget when it has one (`--model-option NAME:kv_cache_bytes=N`)."""
+        cfg = self.config.model
+        own = cfg.options_for(key or cfg.name).kv_cache_bytes
+        return self.config.engine if own is None else dataclasses.replace(self.config.engine, kv_cache_bytes=own)
 
     async def _load_entry(self, entry: LocalModel) -> tuple[ServedModel, Engine]:
         """The pool's loader: the model's weights and engine (api/local_models.py)."""
-        factory, template = self._factories[entry.name]
-        loaded = await self._load_one(factory, template, self._compute)
+        factory, template, engine_cfg = self._factories[entry.name]
+        loaded = await self._load_one(factory, template, engine_cfg)
         if loaded is None:
             raise RuntimeError(self.load_error or "load_failed")
         if loaded[0].identity != entry.card.identity:  # the file changed since the card was read
@@ -252,7 +260,7 @@ class ModelRuntime:
         return found if entry is None else await self.pool.acquire(entry, deadline)  # type: ignore[union-attr]
 
     async def _load_one(self, factory: RunnerFactory, template: str | None,
-                        compute: threading.Lock | None) -> tuple[ServedModel, Engine] | None:
+                        engine_cfg: SchedulerConfig) -> tuple[ServedModel, Engine] | None:
         try:
             runner = await asyncio.to_thread(factory)
         except Exception as exc:
@@ -261,7 +269,7 @@ class ModelRuntime:
             return None
         budget = await asyncio.to_thread(Budget.for_runner, runner, self.config.limits)
         await asyncio.to_thread(build_vocabulary, runner)  # ~0.3 s for 49k tokens: not on a request's path
-        engine = Engine(runner, self.config.engine, registry=self.registry, compute=compute)
+        engine = Engine(runner, engine_cfg, registry=self.registry, compute=self._compute)
         # the forecast's step model, measured on the engine thread before /readyz says ready (`Engine.start`)
         await asyncio.to_thread(engine.start, calibrate=self.config.engine.deadline_admission)
         if isinstance(getattr(runner, "compute_threads", None), int) and not self._gauged:  # llama.cpp's

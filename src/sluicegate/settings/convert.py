@@ -86,7 +86,7 @@ def model_options(s: ServeSettings) -> tuple[tuple[str, ModelOptions], ...]:
     """`--model-option NAME:KEY=VALUE` by model; a NAME no `--model NAME=` (or `--name`) serves is refused."""
     names = {n for n, _ in model_specs(s) if n is not None} | ({s.name} if s.name else set())
     fields = {"ctx": "n_ctx", "slots": "n_slots", "threads": "n_threads", "chat_template_file": "chat_template_file",
-              "version": "version"}
+              "version": "version", "kv_cache_bytes": "kv_cache_bytes"}
     found: dict[str, dict[str, Any]] = {}
     for name, key, value in _options(s):
         if name not in names:

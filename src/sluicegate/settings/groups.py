@@ -93,8 +93,8 @@ class ModelSettings(Group):
     at start and stays; docs/models.md)"""
     model_option: Annotated[list[str], NoDecode, Flag(t.model_option, "NAME:KEY=VALUE", repeat=True)] = []
     """one local model's own setting, over the server-wide one: ctx, slots, threads, chat_template_file, keep_alive,
-    version (repeat it; in the TOML file a [models.NAME] table: `[models.gemma]` `path = "g.gguf"` `ctx = 1024`;
-    docs/models.md)"""
+    version, kv_cache_bytes (repeat it; in the TOML file a [models.NAME] table: `[models.gemma]` `path = "g.gguf"`
+    `ctx = 1024`; docs/models.md)"""
     keep_alive: Annotated[list[str], NoDecode, Flag(t.keep_alive, "[NAME=]DURATION", repeat=True)] = []
     """how long an idle local model stays loaded (Ollama's keep_alive: 300, 5m, 1h; 0: unloaded once idle; -1: always);
     NAME=DURATION for one model, a bare DURATION for every model (default: always; docs/models.md)"""

@@ -268,4 +268,4 @@ __all__ = ["LOG_FORMATS", "LOG_LEVELS", "Parse", "cors_origin", "docs_url", "fla
 
 
 MODEL_OPTIONS.update(ctx=positive_int, slots=positive_int, threads=positive_int, chat_template_file=text,
-                     keep_alive=duration_s, version=text)
+                     keep_alive=duration_s, version=text, kv_cache_bytes=nonnegative_int)
