@@ -119,4 +119,4 @@ def test_the_model_card_says_what_its_kv_costs_and_what_is_exact(server: Server)
     """SmolLM2: 30 layers x 3 KV heads x 64 dims, K in bf16 and V in f16, 2,048 positions a slot."""
     card = httpx.get(f"{server.url}/v1/models/smollm2-135m-instruct", timeout=30).json()
     assert card["kv"] == {"slots": 16, "bytes_per_slot": 30 * 2048 * 3 * 64 * (2 + 2), "sliding_window": None,
-                          "exact": ["batching", "decoded_kv", "drafts"]}
+                          "exact": ["batching", "decoded_kv", "drafts"], "inexact": None}

@@ -20,8 +20,9 @@ def test_a_runner_whose_numerics_never_depend_on_the_layout_keeps_its_declaratio
 def test_a_token_computed_alone_differently_is_found_and_withdrawn() -> None:
     runner = ReferenceRunner(n_slots=8, decoded_kv_exact=True, single_token_drift=0.01)
     found = probe(runner)
-    assert found.batching  # one token per slot either way: company does not change it
-    assert not found.chunking and not found.decoded and not found.drafts
-    assert found.why.startswith("a prompt prefilled in pieces: logits differ by up to")
-    declared = found.declare(runner.limits)
-    assert not declared.batch_invariant and not declared.decoded_kv_exact and not declared.drafts_exact
+    assert found.batching and found.chunking  # one token per slot either way; no piece is one token
+    assert not found.decoded and not found.drafts
+    assert found.why.startswith("a prompt decoded one token a step: logits differ by up to")
+    runner.adopt(found)
+    assert runner.withdrawn == ("decoded_kv", "drafts")
+    assert runner.limits.batch_invariant and not runner.limits.decoded_kv_exact and not runner.limits.drafts_exact

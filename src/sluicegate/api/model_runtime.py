@@ -303,10 +303,8 @@ class ModelRuntime:
                       "a cached prefix is cut back" if lim.sliding_window else "")
             log.info("KV cache: %d slots x %.1f MB = %.0f MB%s", lim.n_slots, lim.kv_bytes_per_slot / 1e6,
                      lim.n_slots * lim.kv_bytes_per_slot / 1e6, window)
-        found = getattr(runner, "invariance", None)
-        if found is not None and found.why:  # measured at load (backends/invariance.py)
-            withdrawn = [name for name, holds in (("batching", found.batching and found.chunking),
-                                                  ("decoded KV", found.decoded), ("drafts", found.drafts)) if not holds]
+        found, withdrawn = getattr(runner, "invariance", None), getattr(runner, "withdrawn", ())
+        if found is not None and withdrawn:  # measured at load (backends/invariance.py)
             log.warning("%s: its numerics were measured at load and are not exact across %s (%s); a request's tokens "
                         "may depend on what is batched with it, and what is not exact is not reused (docs/engine.md, "
                         "\"Earned per model\")", ident.name, ", ".join(withdrawn), found.why)

@@ -84,6 +84,7 @@ class LoadedModel:
     _limits: RunnerLimits
     probe_at_load: bool = False  # measure at load what the limits declare exact (backends/invariance.py)
     invariance: Invariance | None = None  # what that found
+    withdrawn: tuple[str, ...] = ()  # declared, and not found by the probe (batching, decoded_kv, drafts)
 
     def earn_invariance(self) -> Invariance:
         """Probes this runner (backends/invariance.py) and withdraws from its limits what did not hold; on the
@@ -97,8 +98,12 @@ class LoadedModel:
     def adopt(self, found: Invariance) -> None:
         """What a probe of this model found (a card, the tokenizer-only runner of a model loaded when asked for,
         takes its loaded runner's finding)."""
-        self.invariance = found
-        self._limits = found.declare(self._limits)
+        before, after = self._limits, found.declare(self._limits)
+        self.invariance, self._limits = found, after
+        self.withdrawn = tuple(name for name, was, now in (
+            ("batching", before.batch_invariant, after.batch_invariant),
+            ("decoded_kv", before.decoded_kv_exact, after.decoded_kv_exact),
+            ("drafts", before.drafts_exact, after.drafts_exact)) if was and not now)
 
     @property
     def identity(self) -> ModelIdentity:

@@ -10,7 +10,8 @@ is probed with the same tokens laid out the ways the engine lays them out, compa
 
 - **batching**: a prompt's last logits computed alone and in a step beside other prompts, and a decode token
   alone and beside seven others;
-- **chunking**: the prompt prefilled whole and in pieces of 1, 2, 3 and the rest;
+- **chunking**: the prompt prefilled whole and in pieces of 2, 3, 4 and the rest (the scheduler makes no
+  one-token prompt piece);
 - **decoded**: the prompt fed one token a step (as a reply is decoded) against prefilled whole: the last row,
   and each of the last four rows against one call that returns every row (speculative verification).
 
@@ -31,7 +32,7 @@ import numpy as np
 from sluicegate.backends.base import BatchItem, ModelRunner, RunnerLimits
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs all the way home to sleep."
-MAX_PROBE_TOKENS = 12  # at least 8: the K-quants change kernels at 8 rows
+MAX_PROBE_TOKENS = 12  # at least 10 (the pieces), and over 8: the K-quants change kernels at 8 rows
 COMPANY = 8  # rows beside the probed one in a step (the issue's 8-row step: where the tiled kernels start)
 
 
@@ -59,8 +60,8 @@ def probe(runner: ModelRunner, tokens: Sequence[int] | None = None) -> Invarianc
     """Runs the checks (module docstring) on the runner's first slots and clears them after."""
     toks = list(tokens) if tokens is not None else probe_tokens(runner)
     slots = min(runner.limits.n_slots, COMPANY)
-    if len(toks) < 8:
-        raise ValueError("the probe needs at least 8 tokens")
+    if len(toks) < 10:
+        raise ValueError("the probe needs at least 10 tokens")
     try:
         return _probe(runner, toks, slots)
     finally:
@@ -112,10 +113,10 @@ def _probe(runner: ModelRunner, toks: list[int], slots: int) -> Invariance:
                                           *(BatchItem(o.slot, [nxt], len(o.token_ids)) for o in others)])
         batching = check("a decode token beside others", decode_alone, np.array(decoded_company[0])) and batching
 
-    # chunking: pieces of 1, 2, 3 and the rest
+    # chunking: pieces of 2, 3, 4 and the rest (never one: the scheduler makes no one-token prompt piece)
     reset()
     pos, piece = 0, None
-    for size in (1, 2, 3, n - 6):
+    for size in (2, 3, 4, n - 9):
         piece = _last(runner, [BatchItem(0, toks[pos:pos + size], pos, prompt=True)])
         pos += size
     assert piece is not None

@@ -18,8 +18,9 @@ def kv_info(model: ServedModel) -> KvInfo:
     exact = [name for name, holds in (("batching", lim.batch_invariant), ("decoded_kv", lim.decoded_kv_exact),
                                       ("drafts", lim.drafts_exact)) if holds and not model.upstream]
     found = getattr(model.runner, "invariance", None)  # measured at load (backends/invariance.py)
+    withdrawn = getattr(model.runner, "withdrawn", ())
     return KvInfo(slots=lim.n_slots, bytes_per_slot=lim.kv_bytes_per_slot or None, sliding_window=lim.sliding_window,
-                  exact=exact, inexact=found.why or None if found is not None else None)
+                  exact=exact, inexact=found.why if found is not None and withdrawn else None)
 
 
 def chat_info(model: ServedModel) -> ChatInfo:
