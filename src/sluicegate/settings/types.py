@@ -117,12 +117,19 @@ def log_level(value: Any) -> str:
     return level
 
 
+def model_name(name: str) -> str:
+    """A local model's served NAME: 1 to 64 letters, digits, `.`, `_`, `-`, starting with a letter or digit."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+        raise ValueError("a model's NAME is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    return name
+
+
 def model_spec(value: Any) -> str:
     """A GGUF path, or NAME=PATH (NAME: the served name, letters, digits, `.`, `_`, `-`)."""
     spec = text(value)
     name, sep, path = spec.partition("=")
-    if sep and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
-        raise ValueError("a model's NAME is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    if sep:
+        model_name(name)
     if sep and not path:
         raise ValueError("NAME=GGUF needs the GGUF's path after '='")
     return spec
@@ -149,8 +156,8 @@ def keep_alive(value: Any) -> str:
     """DURATION, or NAME=DURATION (NAME: a local model's served name)."""
     spec = text(value)
     name, sep, rest = spec.rpartition("=")
-    if sep and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
-        raise ValueError("a model's NAME is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    if sep:
+        model_name(name)
     duration_s(rest if sep else spec)
     return spec
 
@@ -163,8 +170,9 @@ def model_option(value: Any) -> str:
     spec = text(value)
     name, sep, rest = spec.partition(":")
     key, eq, val = rest.partition("=")
-    if not sep or not eq or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+    if not sep or not eq:
         raise ValueError("a model option is NAME:KEY=VALUE (gemma:ctx=1024)")
+    model_name(name)
     if key not in MODEL_OPTIONS:
         raise ValueError(f"a model option's KEY is one of {', '.join(MODEL_OPTIONS)}, not {key!r}")
     MODEL_OPTIONS[key](val)
